@@ -1,0 +1,102 @@
+"""The `hkjit` command: info, inspect, and (from hkjit.cli_deploy) precompile, bundle, cache."""
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .errors import HKJitError
+
+
+def _devices():
+    from . import runtime
+    out = []
+    for kind in ("cuda", "rocm"):
+        for i in range(runtime.gpu_count(kind)):
+            try:
+                dev = runtime.get(kind, i)
+                out.append(f"{kind}:{i}  {dev.name}  target {dev.target.id}")
+            except HKJitError as e:
+                out.append(f"{kind}:{i}  unusable: {e}")
+    return out
+
+
+def cmd_info(args):
+    from . import cache, compiler
+    print(f"hkjit {__version__}")
+    print("devices:")
+    devs = _devices()
+    for d in devs or ["none (no CUDA or ROCm GPU found; 'sim:gfx942' and 'sim:gfx950' run on the CPU)"]:
+        print(f"  {d}")
+    print("compilers:")
+    for name, ident in compiler.available():
+        print(f"  {name:7s} {ident}")
+    c = cache.default_cache()
+    stats = c.stats()
+    print(f"cache: {c.root}")
+    print(f"  entries {stats.get('entries', 0)}, {stats.get('bytes', 0) / 1e6:.1f} MB")
+    return 0
+
+
+def _parse_overrides(items):
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise HKJitError(f"parameter {item!r}: write NAME=VALUE, e.g. block_m=128")
+        out[name] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def cmd_inspect(args):
+    from . import static as inspect_mod
+    params = _parse_overrides(args.param)
+    if args.shape:
+        dims = [int(x) for x in args.shape.replace("x", ",").split(",")]
+        if len(dims) != 3:
+            raise HKJitError(f"--shape {args.shape!r}: give M,N,K")
+        params.update(m=dims[0], n=dims[1], k=dims[2])
+    if args.dtype:
+        params["dtype"] = args.dtype
+    report = inspect_mod.inspect(args.op, args.arch, **params)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(inspect_mod.format_report(report))
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="hkjit", description="hkjit: JIT tile kernels for gfx942, gfx950 and sm_90a")
+    p.add_argument("--version", action="version", version=f"hkjit {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="devices, compilers and the cache")
+    info.set_defaults(func=cmd_info)
+    ins = sub.add_parser("inspect", help="static figures of a compiled op (registers, LDS, spills, instructions)")
+    ins.add_argument("op")
+    ins.add_argument("--arch", required=True, help="gfx942, gfx950 or sm_90a (comma-separated for several)")
+    ins.add_argument("--shape", help="M,N,K (gemm); default 8192,8192,8192")
+    ins.add_argument("--dtype", help="bfloat16 (default) or float16")
+    ins.add_argument("--json", action="store_true", help="print JSON")
+    ins.add_argument("param", nargs="*", help="more parameters as NAME=VALUE (e.g. block_m=128 a_layout=col)")
+    ins.set_defaults(func=cmd_inspect)
+    try:
+        from . import cli_deploy
+        cli_deploy.add_parsers(sub)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except HKJitError as e:
+        print(f"hkjit: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

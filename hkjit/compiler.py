@@ -1,0 +1,291 @@
+"""Compiler drivers: NVRTC and nvcc for sm_90a; hiprtc, hipcc and clang (>= 20) for gfx942/gfx950.
+
+Every driver compiles the same generated unit with the same pinned options for a target (C++20,
+full optimisation, the exact target id), so a cache entry built by one path equals in meaning one
+built by another. Each driver's identity (name + version) goes into the cache key.
+"""
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import codeobj
+from .errors import CompileError, CompilerNotFoundError
+from .targets import Target
+
+STD = "c++20"
+KERNEL_TIMEOUT_S = float(os.environ.get("HKJIT_COMPILE_TIMEOUT", "900"))
+
+# The pinned options, per vendor, in each driver's own spelling.
+AMD_FLAGS = ("-O3", f"-std={STD}")
+CLANG_HIP_FLAGS = ("-x", "hip", "-nogpuinc", "-nogpulib", "--cuda-device-only", "--no-gpu-bundle-output")
+NVCC_FLAGS = ("-O3", f"-std={STD}", "-Xptxas=-O3", "-Xptxas=-v", "--cubin")
+NVRTC_FLAGS = (f"-std={STD}", "--ptxas-options=-O3", "--ptxas-options=-v")
+
+
+@dataclass
+class CompileResult:
+    code: bytes
+    log: str
+    meta: dict = field(default_factory=dict)
+
+
+class Compiler:
+    """One way of turning a source unit into a code object for a vendor's targets."""
+    name = ""
+    vendor = ""
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """Name and exact version: part of every cache key."""
+        return f"{self.name} {self.version()}"
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def flags(self, target: Target, include_dirs) -> list[str]:
+        raise NotImplementedError
+
+    def compile(self, source: str, source_path: Path, target: Target, include_dirs, kernel: str) -> CompileResult:
+        raise NotImplementedError
+
+    def static_info(self, code: bytes, log: str, kernel: str) -> dict:
+        if self.vendor == "amd":
+            info = codeobj.amd_kernel_info(code, kernel)
+            info.pop("args", None)
+            return info
+        return codeobj.nvidia_kernel_info(log, kernel)
+
+
+def _run(cmd, source_path, what):
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise CompileError(f"{what} did not finish within {KERNEL_TIMEOUT_S:.0f} s "
+                           "(raise HKJIT_COMPILE_TIMEOUT if the kernel is really that large)",
+                           log=(e.stderr or "") if isinstance(e.stderr, str) else "", command=cmd,
+                           source_path=source_path) from None
+    log = (proc.stdout or "") + (proc.stderr or "")
+    if proc.returncode != 0:
+        raise CompileError(f"{what} failed (exit code {proc.returncode})", log=log, command=cmd,
+                           source_path=source_path)
+    return log
+
+
+class _SubprocessCompiler(Compiler):
+    """Drivers that are programs on disk: clang, hipcc, nvcc."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def version(self) -> str:
+        out = subprocess.run([self.path, "--version"], capture_output=True, text=True, timeout=60)
+        text = (out.stdout or out.stderr).strip()
+        return " | ".join(l.strip() for l in text.splitlines() if l.strip() and not l.startswith("InstalledDir"))
+
+    def compile(self, source, source_path, target, include_dirs, kernel):
+        with tempfile.TemporaryDirectory(prefix="hkjit-") as tmp:
+            out = Path(tmp) / "kernel.bin"
+            cmd = [self.path, *self.flags(target, include_dirs), "-o", str(out), str(source_path)]
+            log = _run(cmd, source_path, self.name)
+            code = out.read_bytes()
+        return CompileResult(code, log, self.static_info(code, log, kernel))
+
+
+class ClangCompiler(_SubprocessCompiler):
+    name, vendor = "clang", "amd"
+
+    def flags(self, target, include_dirs):
+        return [*CLANG_HIP_FLAGS, f"--offload-arch={target.id}", *AMD_FLAGS,
+                *(f"-I{d}" for d in include_dirs)]
+
+
+class HipccCompiler(ClangCompiler):
+    name = "hipcc"
+
+
+class NvccCompiler(_SubprocessCompiler):
+    name, vendor = "nvcc", "nvidia"
+
+    def flags(self, target, include_dirs):
+        arch = target.arch.removeprefix("sm_")
+        return [f"-gencode=arch=compute_{arch},code=sm_{arch}", *NVCC_FLAGS, *(f"-I{d}" for d in include_dirs)]
+
+
+class NvrtcCompiler(Compiler):
+    name, vendor = "nvrtc", "nvidia"
+
+    def __init__(self):
+        from cuda.bindings import nvrtc  # noqa: F401  (raises ImportError when absent)
+        self._nvrtc = nvrtc
+        self._check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+
+    def _check(self, result, what, program=None, source_path=None, cmd=None):
+        err, *rest = result
+        if err != self._nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            log = self._log(program) if program is not None else ""
+            raise CompileError(f"NVRTC {what} failed: {err.name}", log=log, command=cmd, source_path=source_path)
+        return rest[0] if len(rest) == 1 else rest
+
+    def _log(self, program):
+        n = self._nvrtc.nvrtcGetProgramLogSize(program)[1]
+        buf = b" " * n
+        self._nvrtc.nvrtcGetProgramLog(program, buf)
+        return buf.rstrip(b"\0 ").decode(errors="replace")
+
+    def version(self):
+        major, minor = self._check(self._nvrtc.nvrtcVersion(), "nvrtcVersion")
+        return f"{major}.{minor}"
+
+    def flags(self, target, include_dirs):
+        return [f"--gpu-architecture={target.arch}", *NVRTC_FLAGS, *(f"-I{d}" for d in include_dirs)]
+
+    def compile(self, source, source_path, target, include_dirs, kernel):
+        nv = self._nvrtc
+        opts = self.flags(target, include_dirs)
+        cmd = ["nvrtc", *opts, str(source_path)]
+        prog = self._check(nv.nvrtcCreateProgram(source.encode(), str(source_path).encode(), 0, [], []),
+                           "nvrtcCreateProgram", cmd=cmd, source_path=source_path)
+        try:
+            self._check(nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts]), "compilation",
+                        program=prog, source_path=source_path, cmd=cmd)
+            log = self._log(prog)
+            size = self._check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+            code = b" " * size
+            self._check(nv.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
+        finally:
+            nv.nvrtcDestroyProgram(prog)
+        return CompileResult(code, log, self.static_info(code, log, kernel))
+
+
+class HiprtcCompiler(Compiler):
+    """hiprtc through hip-python (ROCm machines only; never executed in hkjit's CI)."""
+    name, vendor = "hiprtc", "amd"
+
+    def __init__(self):
+        from hip import hiprtc  # noqa: F401
+        self._hiprtc = hiprtc
+        self.version()
+
+    def _check(self, result, what, program=None, source_path=None, cmd=None):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != self._hiprtc.hiprtcResult.HIPRTC_SUCCESS:
+            log = ""
+            if program is not None:
+                n = self._hiprtc.hiprtcGetProgramLogSize(program)[1]
+                buf = bytearray(n)
+                self._hiprtc.hiprtcGetProgramLog(program, buf)
+                log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+            raise CompileError(f"hiprtc {what} failed: {err}", log=log, command=cmd, source_path=source_path)
+        return rest[0] if len(rest) == 1 else rest
+
+    def version(self):
+        major, minor = self._check(self._hiprtc.hiprtcVersion(), "hiprtcVersion")
+        return f"{major}.{minor}"
+
+    def flags(self, target, include_dirs):
+        return [f"--offload-arch={target.id}", *AMD_FLAGS, *(f"-I{d}" for d in include_dirs)]
+
+    def compile(self, source, source_path, target, include_dirs, kernel):
+        rtc = self._hiprtc
+        opts = self.flags(target, include_dirs)
+        cmd = ["hiprtc", *opts, str(source_path)]
+        prog = self._check(rtc.hiprtcCreateProgram(source.encode(), str(source_path).encode(), 0, None, None),
+                           "hiprtcCreateProgram", cmd=cmd, source_path=source_path)
+        try:
+            self._check(rtc.hiprtcCompileProgram(prog, len(opts), [o.encode() for o in opts]), "compilation",
+                        program=prog, source_path=source_path, cmd=cmd)
+            size = self._check(rtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize")
+            buf = bytearray(size)
+            self._check(rtc.hiprtcGetCode(prog, buf), "hiprtcGetCode")
+        finally:
+            rtc.hiprtcDestroyProgram(prog)
+        code = bytes(buf)
+        return CompileResult(code, "", self.static_info(code, "", kernel))
+
+
+def _clang_major(path: str) -> int:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    m = re.search(r"clang version (\d+)", out)
+    return int(m.group(1)) if m else 0
+
+
+def _find_clang():
+    explicit = os.environ.get("HKJIT_CLANG")
+    if explicit:
+        path = shutil.which(explicit) or explicit
+        if not os.path.exists(path):
+            raise CompilerNotFoundError(f"HKJIT_CLANG={explicit!r} does not exist")
+        return ClangCompiler(path)
+    for name in ("clang-22", "clang-21", "clang-20", "clang"):
+        path = shutil.which(name)
+        if path and _clang_major(path) >= 20:
+            return ClangCompiler(path)
+    return None
+
+
+def _try(factory):
+    try:
+        return factory()
+    except (ImportError, OSError, RuntimeError, CompileError):
+        return None
+
+
+_FINDERS = {
+    "hiprtc": lambda: _try(HiprtcCompiler),
+    "hipcc": lambda: HipccCompiler(shutil.which("hipcc")) if shutil.which("hipcc") else None,
+    "clang": _find_clang,
+    "nvrtc": lambda: _try(NvrtcCompiler),
+    "nvcc": lambda: NvccCompiler(shutil.which("nvcc")) if shutil.which("nvcc") else None,
+}
+ORDER = {"amd": ("hiprtc", "hipcc", "clang"), "nvidia": ("nvrtc", "nvcc")}
+_INSTALL_HINT = {
+    "amd": "install ROCm's hip-python (pip install 'hkjit[rocm]') or hipcc, or a clang >= 20 "
+           "(Debian: apt-get install clang-22 lld-22), or point HKJIT_CLANG at one",
+    "nvidia": "pip install 'hkjit[cuda]' (cuda-bindings + nvidia-cuda-nvrtc), or put nvcc on PATH",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _found(name: str):
+    return _FINDERS[name]()
+
+
+def find_compiler(target: Target, requested: str | None = None) -> Compiler:
+    """The compiler for `target`: the requested one (keyword or HKJIT_COMPILER), else the first
+    available in the vendor's order."""
+    requested = requested or os.environ.get("HKJIT_COMPILER") or None
+    order = ORDER[target.vendor]
+    if requested:
+        if requested not in order:
+            raise CompilerNotFoundError(f"compiler {requested!r} cannot build for {target.id}; "
+                                        f"choose one of {', '.join(order)}")
+        found = _found(requested)
+        if found is None:
+            raise CompilerNotFoundError(f"compiler {requested!r} was requested but is not available: "
+                                        + _INSTALL_HINT[target.vendor])
+        return found
+    for name in order:
+        found = _found(name)
+        if found is not None:
+            return found
+    raise CompilerNotFoundError(f"no compiler for {target.id} found (tried {', '.join(order)}): "
+                                + _INSTALL_HINT[target.vendor])
+
+
+def available() -> list[tuple[str, str]]:
+    """(name, identity or 'not found') of every compiler hkjit knows, for `hkjit info`."""
+    out = []
+    for vendor, names in ORDER.items():
+        for name in names:
+            c = _found(name)
+            out.append((name, c.identity if c else "not found"))
+    return out

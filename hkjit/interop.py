@@ -1,0 +1,245 @@
+"""Arrays in, arrays out: what an input array is (pointer, shape, strides, dtype, device) and how
+a result goes back to the caller as their own framework's type.
+
+torch, CuPy, NumPy and JAX are read through their own attributes (a fraction of a µs; DLPack
+export alone costs ~2.5 µs on torch); any other object is read through its DLPack capsule.
+Frameworks are never imported by hkjit: an object is recognised by the module that made it.
+"""
+
+import ctypes
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from . import dtypes
+from .dtypes import DType
+from .errors import UnsupportedArrayError
+
+# DLPack device types
+DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_ROCM, DL_CUDA_MANAGED = 1, 2, 3, 10, 13
+_DEVICE_KIND = {DL_CPU: "cpu", DL_CUDA_HOST: "cpu", DL_CUDA: "cuda", DL_CUDA_MANAGED: "cuda", DL_ROCM: "rocm"}
+
+
+@dataclass(slots=True)
+class Array:
+    ptr: int              # address of element [0, 0, ...] (byte offset applied)
+    shape: tuple
+    strides: tuple        # in elements
+    dtype: DType
+    device: str           # "cpu", "cuda", "rocm"
+    index: int            # device ordinal
+    framework: str        # "torch", "cupy", "jax", "numpy", "dlpack"
+    obj: Any              # the caller's object (kept alive while in use; also the capsule for "dlpack")
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+def _torch_array(t) -> Array:
+    dev = t.device
+    kind = "cpu" if dev.type == "cpu" else ("rocm" if _torch_is_hip() else "cuda")
+    return Array(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dtypes.dtype(t.dtype),
+                 kind, dev.index or 0, "torch", t)
+
+
+def _torch_is_hip() -> bool:
+    torch = sys.modules["torch"]
+    return getattr(torch.version, "hip", None) is not None
+
+
+def _cupy_array(a) -> Array:
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        raise UnsupportedArrayError("CuPy array strides are not whole elements; make it contiguous")
+    kind = "rocm" if getattr(sys.modules["cupy"].cuda.runtime, "is_hip", False) else "cuda"
+    return Array(a.data.ptr, tuple(a.shape), tuple(s // item for s in a.strides), dtypes.dtype(a.dtype.name),
+                 kind, a.device.id, "cupy", a)
+
+
+def _numpy_array(a) -> Array:
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        raise UnsupportedArrayError("NumPy array strides are not whole elements; use np.ascontiguousarray")
+    return Array(a.ctypes.data, tuple(a.shape), tuple(s // item for s in a.strides), dtypes.dtype(a.dtype.name),
+                 "cpu", 0, "numpy", a)
+
+
+def _jax_array(a) -> Array:
+    devices = list(a.devices())
+    if len(devices) != 1:
+        raise UnsupportedArrayError("JAX arrays sharded over several devices are not supported; pass one shard")
+    dev = devices[0]
+    a.block_until_ready()  # JAX work is asynchronous and on JAX's own streams
+    if dev.platform == "cpu":
+        return describe_dlpack(a, framework="jax")
+    kind = "rocm" if dev.platform == "rocm" else "cuda"
+    # JAX arrays are dense row-major buffers.
+    shape = tuple(a.shape)
+    return Array(a.unsafe_buffer_pointer(), shape, contiguous_strides(shape), dtypes.dtype(a.dtype.name),
+                 kind, dev.local_hardware_id if dev.local_hardware_id is not None else dev.id, "jax", a)
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+_READERS = {"torch": _torch_array, "cupy": _cupy_array, "numpy": _numpy_array,
+            "jaxlib": _jax_array, "jax": _jax_array}
+
+
+def describe(obj) -> Array:
+    """The Array behind any supported array object."""
+    if isinstance(obj, Array):
+        return obj
+    root = type(obj).__module__.partition(".")[0]
+    reader = _READERS.get(root)
+    if reader is not None:
+        return reader(obj)
+    if hasattr(obj, "__dlpack__"):
+        return describe_dlpack(obj)
+    raise UnsupportedArrayError(f"{type(obj).__name__} is not an array hkjit can read: pass a torch tensor, "
+                                "CuPy, JAX or NumPy array, or any object with __dlpack__/__dlpack_device__")
+
+
+# --- DLPack capsules, read with ctypes ---------------------------------------------------------
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _export(obj):
+    """The object's capsule, asking for a versioned (DLPack >= 1.0) one where it is understood."""
+    try:
+        return obj.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        return obj.__dlpack__()
+
+
+def read_capsule(capsule) -> tuple[_DLTensor, bool]:
+    """(DLTensor, read_only) of a capsule we do not consume: the producer's capsule destructor
+    still owns the memory, so the capsule must be kept alive as long as the pointer is used."""
+    if _capsule_valid(capsule, b"dltensor_versioned"):
+        managed = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, b"dltensor_versioned"))
+        return managed.dl_tensor, bool(managed.flags & 1)
+    if _capsule_valid(capsule, b"dltensor"):
+        return _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor")), False
+    raise UnsupportedArrayError("object's __dlpack__ returned no valid DLPack capsule (already consumed?)")
+
+
+def describe_dlpack(obj, framework="dlpack") -> Array:
+    capsule = obj if type(obj).__name__ == "PyCapsule" else _export(obj)
+    t, _read_only = read_capsule(capsule)
+    kind = _DEVICE_KIND.get(t.device.device_type)
+    if kind is None:
+        raise UnsupportedArrayError(f"DLPack device type {t.device.device_type} is not supported "
+                                    "(hkjit reads CPU, CUDA and ROCm memory)")
+    dt = dtypes.from_dlpack_code(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else contiguous_strides(shape)
+    return Array((t.data or 0) + t.byte_offset, shape, strides, dt, kind, t.device.device_id, framework,
+                 (obj, capsule))
+
+
+# --- results in the caller's framework ----------------------------------------------------------
+def numpy_dtype(dt: DType):
+    import numpy as np
+    if dt.numpy is not None:
+        return np.dtype(dt.numpy)
+    try:
+        import ml_dtypes  # NumPy has no bfloat16; ml_dtypes (a JAX dependency) provides one
+        return np.dtype(getattr(ml_dtypes, dt.name))
+    except (ImportError, AttributeError):
+        raise UnsupportedArrayError(f"NumPy has no {dt.name} dtype; pip install ml_dtypes, or ask for "
+                                    "out_dtype='float32'") from None
+
+
+def empty(template: Array, shape, dt: DType):
+    """A new uninitialised array of `template`'s framework, on its device."""
+    fw = template.framework
+    if fw == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, dt.name), device=template.obj.device)
+    if fw == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(template.index):
+            return cupy.empty(shape, dtype=numpy_dtype(dt))
+    if fw == "jax":
+        jax = sys.modules["jax"]
+        out = jax.numpy.empty(shape, dtype=numpy_dtype(dt), device=next(iter(template.obj.devices())))
+        return out.block_until_ready()
+    if fw == "numpy":
+        import numpy as np
+        return np.empty(shape, dtype=numpy_dtype(dt))
+    torch = sys.modules.get("torch")
+    if torch is not None and template.device in ("cuda", "rocm"):
+        return torch.empty(shape, dtype=getattr(torch, dt.name), device=f"cuda:{template.index}")
+    raise UnsupportedArrayError(f"hkjit cannot allocate a result for {type(template.obj[0]).__name__} arrays; "
+                                "pass out= (any DLPack array) to receive the result")
+
+
+def dense_host_copy(arr: Array, layout: str):
+    """A NumPy array holding `arr`'s elements densely in its own layout ('row' or 'col'), and its
+    leading dimension."""
+    import numpy as np
+    host = arr.obj if arr.framework == "numpy" else np.from_dlpack(arr.obj[0])
+    if host.ndim == 1:
+        return np.ascontiguousarray(host), 1
+    if layout == "col":
+        dense = np.asfortranarray(host)
+        return dense, host.shape[0]
+    return np.ascontiguousarray(host), host.shape[1]
+
+
+class DeviceStaging:
+    """Device buffers for one call on host inputs, freed on exit whatever happens."""
+
+    def __init__(self, device):
+        self.device, self.buffers = device, []
+
+    def __enter__(self):
+        return self
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = self.device.alloc(nbytes)
+        self.buffers.append(ptr)
+        return ptr
+
+    def upload(self, host) -> int:
+        ptr = self.alloc(host.nbytes)
+        self.device.copy_in(ptr, host.ctypes.data, host.nbytes)
+        return ptr
+
+    def download(self, ptr: int, host):
+        self.device.copy_out(host.ctypes.data, ptr, host.nbytes)
+
+    def __exit__(self, *exc):
+        for ptr in self.buffers:
+            self.device.free(ptr)
+        return False

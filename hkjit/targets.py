@@ -1,0 +1,80 @@
+"""Compile targets: parsing, validation and the per-chip limits that tile validation checks.
+
+A target string is `gfx942`, `gfx950` (optionally with features: `gfx942:sramecc+:xnack-`) or
+`sm_90a`. The full string, features included, is part of every cache key."""
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import TargetError
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str                     # "gfx942", "gfx950", "sm_90a"
+    features: tuple = ()          # AMD target features, e.g. ("sramecc+", "xnack-")
+    vendor: str = field(default="", compare=False)
+    wave_size: int = field(default=32, compare=False)
+    smem_per_block: int = field(default=0, compare=False)   # LDS / shared memory a block may use
+    max_threads: int = field(default=1024, compare=False)
+    regs_per_thread: int = field(default=255, compare=False)  # VGPR+AGPR on CDNA
+    compute_units: int = field(default=0, compare=False)    # CUs / SMs of the flagship part
+
+    @property
+    def id(self) -> str:
+        return ":".join((self.arch,) + self.features)
+
+    @property
+    def is_amd(self) -> bool:
+        return self.vendor == "amd"
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.vendor == "nvidia"
+
+    def __str__(self):
+        return self.id
+
+
+_ARCHS = {
+    "gfx942": dict(vendor="amd", wave_size=64, smem_per_block=64 * 1024, max_threads=1024,
+                   regs_per_thread=512, compute_units=304),
+    "gfx950": dict(vendor="amd", wave_size=64, smem_per_block=160 * 1024, max_threads=1024,
+                   regs_per_thread=512, compute_units=256),
+    "sm_90a": dict(vendor="nvidia", wave_size=32, smem_per_block=227 * 1024, max_threads=1024,
+                   regs_per_thread=255, compute_units=132),
+}
+SUPPORTED = tuple(_ARCHS)
+_FEATURE = re.compile(r"^(sramecc|xnack)[+-]$")
+
+
+def parse(value) -> Target:
+    """Target from a string such as 'gfx950', 'gfx942:sramecc+:xnack-' or 'sm_90a'."""
+    if isinstance(value, Target):
+        return value
+    if not isinstance(value, str) or not value:
+        raise TargetError(f"target must be a string such as 'gfx950' or 'sm_90a', got {value!r}")
+    arch, *features = value.strip().split(":")
+    if arch == "sm_90":
+        arch = "sm_90a"  # Hopper kernels need the arch-specific target (wgmma, setmaxnreg)
+    if arch not in _ARCHS:
+        raise TargetError(f"unsupported target {value!r}; supported targets: {', '.join(SUPPORTED)}"
+                          " (AMD targets accept features, e.g. 'gfx942:sramecc+:xnack-')")
+    if features and _ARCHS[arch]["vendor"] != "amd":
+        raise TargetError(f"target {value!r}: features are only meaningful for AMD targets")
+    for f in features:
+        if not _FEATURE.match(f):
+            raise TargetError(f"target {value!r}: unknown feature {f!r}; use sramecc+/- or xnack+/-")
+    return Target(arch, tuple(features), **_ARCHS[arch])
+
+
+def from_gcn_arch_name(name: str) -> Target:
+    """Target from HIP's gcnArchName, e.g. 'gfx942:sramecc+:xnack-'."""
+    return parse(name)
+
+
+def from_compute_capability(major: int, minor: int) -> Target:
+    if (major, minor) == (9, 0):
+        return parse("sm_90a")
+    raise TargetError(f"NVIDIA compute capability {major}.{minor} is not supported; hkjit's NVIDIA "
+                      "kernels need Hopper (sm_90a, compute capability 9.0)")

@@ -1,0 +1,67 @@
+#pragma once
+// hk/common/platform.hpp: the few definitions every kernel needs, identical on every target.
+// No system or vendor header is included anywhere under include/: NVRTC, hiprtc and a bare
+// `clang -nogpuinc` all see the same self-contained source, and the cache key (which hashes
+// every header a kernel includes) covers everything the compiler reads.
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__CUDA_ARCH__)
+#define HK_CUDA 1
+#define HK_AMD 0
+#elif defined(__HIP__) || defined(__AMDGCN__) || defined(__HIPCC_RTC__)
+#define HK_CUDA 0
+#define HK_AMD 1
+#else
+#error "hk: unknown compiler; build with NVRTC/nvcc (sm_90a) or hiprtc/hipcc/clang -x hip (gfx942/gfx950)"
+#endif
+
+#if HK_AMD
+// `clang -nogpuinc` brings no HIP headers; hipcc and hiprtc do. Define only what is missing.
+#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#ifndef __device__
+#define __device__ __attribute__((device))
+#endif
+#ifndef __shared__
+#define __shared__ __attribute__((shared))
+#endif
+#ifndef __host__
+#define __host__ __attribute__((host))
+#endif
+#define HK_LAUNCH_BOUNDS(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+#define HK_GRID_CONSTANT
+#if defined(__gfx950__)
+#define HK_CDNA4 1
+#define HK_CDNA3 0
+#elif defined(__gfx942__)
+#define HK_CDNA4 0
+#define HK_CDNA3 1
+#elif defined(__AMDGCN__)
+#error "hk: unsupported AMD target; hkjit supports gfx942 and gfx950"
+#endif
+#else
+#define HK_LAUNCH_BOUNDS(threads) __launch_bounds__(threads, 1)
+#define HK_GRID_CONSTANT __grid_constant__
+#endif
+
+#define HK_INLINE __device__ __forceinline__
+#if HK_AMD && !defined(__forceinline__)
+#define __forceinline__ inline __attribute__((always_inline))
+#endif
+
+namespace hk {
+using i8 = signed char;
+using u8 = unsigned char;
+using i16 = short;
+using u16 = unsigned short;
+using i32 = int;
+using u32 = unsigned int;
+using i64 = long long;
+using u64 = unsigned long long;
+}  // namespace hk
+
+// The one entry point hkjit generates per specialisation: an extern "C" kernel taking the
+// kernel's `args` struct by value (CUDA: __grid_constant__, so TMA descriptors inside it can be
+// addressed). K is a concrete kernel type with `threads`, `args` and `static run(const args&)`.
+#define HK_ENTRY(name, K) \
+  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads) name(const HK_GRID_CONSTANT K::args a) { K::run(a); }
