@@ -36,16 +36,31 @@ class Array:
         return len(self.shape)
 
 
+_dtype_memo: dict = {}
+
+
+def _dtype_of(framework_dtype) -> DType:
+    """Canonical dtype of a framework dtype object, memoised (str() of a dtype costs ~1 µs)."""
+    d = _dtype_memo.get(framework_dtype)
+    if d is None:
+        d = _dtype_memo[framework_dtype] = dtypes.dtype(framework_dtype)
+    return d
+
+
 def _torch_array(t) -> Array:
-    dev = t.device
-    kind = "cpu" if dev.type == "cpu" else ("rocm" if _torch_is_hip() else "cuda")
-    return Array(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dtypes.dtype(t.dtype),
-                 kind, dev.index or 0, "torch", t)
+    index = t.get_device()  # -1 on the CPU; cheaper than building a torch.device
+    kind = "cpu" if index < 0 else _torch_gpu_kind()
+    return Array(t.data_ptr(), tuple(t.shape), t.stride(), _dtype_of(t.dtype), kind, max(index, 0), "torch", t)
 
 
-def _torch_is_hip() -> bool:
-    torch = sys.modules["torch"]
-    return getattr(torch.version, "hip", None) is not None
+_gpu_kind = None
+
+
+def _torch_gpu_kind() -> str:
+    global _gpu_kind
+    if _gpu_kind is None:
+        _gpu_kind = "rocm" if getattr(sys.modules["torch"].version, "hip", None) else "cuda"
+    return _gpu_kind
 
 
 def _cupy_array(a) -> Array:
@@ -204,17 +219,86 @@ def empty(template: Array, shape, dt: DType):
                                 "pass out= (any DLPack array) to receive the result")
 
 
-def dense_host_copy(arr: Array, layout: str):
-    """A NumPy array holding `arr`'s elements densely in its own layout ('row' or 'col'), and its
-    leading dimension."""
+def dense_host_copy(arr: Array, layout: str, pad_to: int = 1):
+    """(keep-alive object, pointer, bytes, leading dimension) of a host copy of `arr` holding its
+    elements densely in its own layout ('row' or 'col'), the leading dimension rounded up to a
+    multiple of `pad_to` elements; no copy when `arr` already is so."""
+    if arr.ndim == 1:
+        pad_to = 1
+    if arr.framework == "torch":
+        t = arr.obj
+        if t.ndim == 2 and layout == "col":
+            dense, ld = _padded_rows(t.t(), pad_to)
+            dense = dense.t()
+        elif t.ndim == 2:
+            dense, ld = _padded_rows(t, pad_to)
+        else:
+            dense, ld = t.contiguous(), 1
+        return dense, dense.data_ptr(), _span_bytes(t.shape, ld, layout, t.element_size()), ld
     import numpy as np
     host = arr.obj if arr.framework == "numpy" else np.from_dlpack(arr.obj[0])
-    if host.ndim == 1:
-        return np.ascontiguousarray(host), 1
-    if layout == "col":
-        dense = np.asfortranarray(host)
-        return dense, host.shape[0]
-    return np.ascontiguousarray(host), host.shape[1]
+    if host.ndim == 2 and layout == "col":
+        rows_major, ld = _padded_rows(host.T, pad_to)
+        dense = rows_major.T
+    elif host.ndim == 2:
+        dense, ld = _padded_rows(host, pad_to)
+    else:
+        dense, ld = np.ascontiguousarray(host), 1
+    return dense, dense.ctypes.data, _span_bytes(host.shape, ld, layout, host.itemsize), ld
+
+
+def _span_bytes(shape, ld, layout, itemsize):
+    """Bytes from the first to one past the last element of a dense (padded) 1-D or 2-D layout."""
+    if len(shape) == 1:
+        return shape[0] * itemsize
+    rows, cols = shape
+    outer, inner = (cols, rows) if layout == "col" else (rows, cols)
+    return ((outer - 1) * ld + inner) * itemsize
+
+
+def _padded_rows(x, pad_to):
+    """x (rows, cols) as a row-major array whose row stride is cols rounded up to pad_to: returns
+    (a view of shape (rows, cols) into that storage, leading dimension)."""
+    rows, cols = x.shape
+    ld = -(-cols // pad_to) * pad_to
+    if type(x).__module__.startswith("torch"):
+        if x.stride() == (ld, 1) or (ld == cols and x.is_contiguous()):
+            return x, ld
+        torch = sys.modules["torch"]
+        store = torch.zeros((rows, ld), dtype=x.dtype)
+        store[:, :cols] = x
+        return store[:, :cols], ld
+    import numpy as np
+    if x.flags.c_contiguous and ld == cols:
+        return x, ld
+    store = np.zeros((rows, ld), dtype=x.dtype)
+    store[:, :cols] = x
+    return store[:, :cols], ld
+
+
+def aligned_copy(arr: Array):
+    """A torch copy of `arr` in its own layout with 16-byte-aligned rows (for AMD operands whose
+    strides direct-to-LDS loads cannot follow)."""
+    t = arr.obj
+    col = t.ndim == 2 and t.stride(0) == 1 and t.shape[1] > 1
+    src = t.t() if col else t
+    rows, cols = src.shape
+    ld = -(-cols // 8) * 8
+    store = sys.modules["torch"].empty((rows, ld), dtype=t.dtype, device=t.device)
+    store[:, :cols] = src
+    view = store[:, :cols]
+    return view.t() if col else view
+
+
+def empty_host(template: Array, shape, dt: DType):
+    """(array, pointer, bytes) of a new dense host array of `template`'s kind (torch stays torch)."""
+    if template.framework == "torch":
+        torch = sys.modules["torch"]
+        t = torch.empty(shape, dtype=getattr(torch, dt.name))
+        return t, t.data_ptr(), t.numel() * t.element_size()
+    import numpy as np
+    a = np.empty(shape, dtype=numpy_dtype(dt))
+    return a, a.ctypes.data, a.nbytes
 
 
 class DeviceStaging:
@@ -231,13 +315,13 @@ class DeviceStaging:
         self.buffers.append(ptr)
         return ptr
 
-    def upload(self, host) -> int:
-        ptr = self.alloc(host.nbytes)
-        self.device.copy_in(ptr, host.ctypes.data, host.nbytes)
+    def upload(self, host_ptr: int, nbytes: int) -> int:
+        ptr = self.alloc(nbytes)
+        self.device.copy_in(ptr, host_ptr, nbytes)
         return ptr
 
-    def download(self, ptr: int, host):
-        self.device.copy_out(host.ctypes.data, ptr, host.nbytes)
+    def download(self, host_ptr: int, ptr: int, nbytes: int):
+        self.device.copy_out(host_ptr, ptr, nbytes)
 
     def __exit__(self, *exc):
         for ptr in self.buffers:

@@ -75,7 +75,15 @@ def test_unsupported_objects_and_dtypes():
 def test_dense_host_copy_keeps_layout():
     a = np.random.default_rng().standard_normal((5, 3)).astype(np.float32)
     col = interop.describe(a.T)  # (3, 5), column-major
-    dense, ld = interop.dense_host_copy(col, "col")
+    dense, ptr, nbytes, ld = interop.dense_host_copy(col, "col")
     assert ld == 3 and dense.flags.f_contiguous and np.array_equal(dense, a.T)
-    row, ld2 = interop.dense_host_copy(interop.describe(a[:, :2]), "row")
-    assert ld2 == 2 and row.flags.c_contiguous and np.array_equal(row, a[:, :2])
+    assert ptr == a.ctypes.data and nbytes == a.nbytes  # already dense: no copy
+    row, _, nbytes2, ld2 = interop.dense_host_copy(interop.describe(a[:, :2]), "row")
+    assert ld2 == 2 and nbytes2 == 5 * 2 * 4 and row.flags.c_contiguous and np.array_equal(row, a[:, :2])
+
+
+def test_dense_host_copy_of_torch_bf16():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(6, 4, dtype=torch.bfloat16)
+    dense, ptr, nbytes, ld = interop.dense_host_copy(interop.describe(x.t()), "col")
+    assert ld == 4 and nbytes == 48 and torch.equal(dense, x.t()) and dense.stride() == (1, 4)

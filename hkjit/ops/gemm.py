@@ -23,6 +23,13 @@ def _arch_module(target):
     return mod
 
 
+def alignment(ptr: int, ld: int, itemsize: int = 2) -> int:
+    """Largest power of two up to 16 dividing both the base address and the leading dimension in
+    bytes: decides TMA (sm_90a) and the direct-to-LDS load width (CDNA)."""
+    x = ptr | (ld * itemsize)
+    return 16 if x == 0 else min(16, x & -x)
+
+
 def _check_dtype(name, value, allowed):
     d = to_dtype(value)
     if d.name not in allowed:
@@ -55,13 +62,17 @@ class GemmOp:
                      "split_k")
 
     def specialize(self, target, *, m, n, k, dtype="bfloat16", out_dtype=None, a_layout="row",
-                   b_layout="row", bias=False, c=False, num_sms=None, specialize_shapes=False, **overrides):
+                   b_layout="row", bias=False, c=False, num_sms=None, specialize_shapes=False, a_align=16,
+                   b_align=16, **overrides):
         target = targets.parse(target)
         in_dtype = _check_dtype("A/B", dtype, IN_DTYPES)
         out_dtype = _check_dtype("out", out_dtype or in_dtype, OUT_DTYPES)
         for dim, v in (("m", m), ("n", n), ("k", k)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidArgumentError(f"gemm: {dim}={v!r}; sizes must be ints >= 1")
+        for aname, av in (("a_align", a_align), ("b_align", b_align)):
+            if av not in (2, 4, 8, 16):
+                raise InvalidArgumentError(f"gemm: {aname}={av!r}; give the operand's byte alignment: 2, 4, 8 or 16")
         for lname, lv in (("a_layout", a_layout), ("b_layout", b_layout)):
             if lv not in ("row", "col"):
                 raise InvalidArgumentError(f"gemm: {lname}={lv!r}; use 'row' (row-major) or 'col' (transposed)")
@@ -69,30 +80,82 @@ class GemmOp:
         if unknown:
             raise InvalidArgumentError(f"gemm: unknown keyword(s) {', '.join(sorted(unknown))}; tile overrides "
                                        f"are {', '.join(self.tile_keywords)}")
-        mod = _arch_module(target)
-        cfg = mod.choose_config(m, n, k, a_kmajor=(a_layout == "row"), b_kmajor=(b_layout == "col"),
-                                in_dtype=in_dtype, out_dtype=out_dtype, bias=bool(bias), c=bool(c),
-                                target=target, num_sms=num_sms or target.compute_units,
-                                overrides=overrides)
-        params = dict(cfg.params)
+        if target.is_nvidia:
+            spec, cfg = self._hopper(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, bias, c,
+                                     num_sms, a_align, b_align, overrides)
+        else:
+            spec, cfg = self._cdna(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, num_sms,
+                                   a_align, b_align, overrides)
         if specialize_shapes:
+            params = dict(spec.params)
             params.update(m=m, n=n, k=k)
-        spec = spec_mod.Specialization("gemm", target, mod.SOURCE, mod.kernel_type(cfg), "hkjit_gemm",
-                                       spec_mod.make_params(params))
+            spec = spec_mod.Specialization(spec.op, spec.target, spec.source, spec.kernel_type, spec.entry,
+                                           spec_mod.make_params(params))
+        return spec, cfg
+
+    @staticmethod
+    def _hopper(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, bias, c, num_sms, a_align, b_align,
+                overrides):
+        from . import _hopper_gemm as hop
+        cfg = hop.choose_config(m, n, k, a_layout == "row", b_layout == "col", in_dtype, out_dtype,
+                                num_sms or target.compute_units, overrides, has_bias=bool(bias), has_c=bool(c),
+                                a_tma=a_align % 16 == 0, b_tma=b_align % 16 == 0)
+        spec = spec_mod.Specialization("gemm", target, "gemm_hopper.cuh", f"gemm_hopper<{hop.template_args(cfg)}>",
+                                       "hkjit_gemm", spec_mod.make_params(cfg))
+        return spec, cfg
+
+    @staticmethod
+    def _cdna(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, num_sms, a_align, b_align, overrides):
+        from . import _cdna_gemm as cdna
+        align = min(a_align, b_align)
+        if align < 4:
+            raise InvalidArgumentError(
+                f"gemm on {target.arch}: operands aligned to {align} bytes; direct-to-LDS loads need base "
+                "pointers and leading dimensions aligned to 4 bytes (hkjit.gemm pads such operands itself)")
+        cfg = cdna.choose_config(m, n, k, a_layout == "row", b_layout == "col", in_dtype, out_dtype, target,
+                                 overrides, alignment=align, num_sms=num_sms)
+        spec = spec_mod.Specialization("gemm", target, cdna.SOURCE, cdna.kernel_type(cfg), "hkjit_gemm",
+                                       spec_mod.make_params(cfg.params))
         return spec, cfg
 
 
 GEMM = register(GemmOp())
 
 
+def _strides(layout_a, lda, layout_b, ldb):
+    """Full (stride_m, stride_k) of A and (stride_k, stride_n) of B from layouts and leading dims."""
+    return ((lda, 1) if layout_a == "row" else (1, lda)), ((ldb, 1) if layout_b == "row" else (1, ldb))
+
+
 class _Launcher:
-    """Everything a repeat call with the same signature needs: no dict of options, no key hashing."""
-    __slots__ = ("kernel", "cfg", "mod", "grid", "block", "smem", "device")
+    """Everything a repeat call with the same signature needs: no option parsing, no key hashing."""
+    __slots__ = ("kernel", "cfg", "grid", "block", "smem", "device", "make_args")
 
     def __init__(self, kernel, cfg, mod, grid, device):
-        self.kernel, self.cfg, self.mod, self.grid, self.device = kernel, cfg, mod, grid, device
+        self.kernel, self.cfg, self.grid, self.device = kernel, cfg, grid, device
         self.block = (mod.threads(cfg), 1, 1)
         self.smem = mod.dynamic_smem(cfg)
+        self.make_args = _args_hopper if device.target.is_nvidia else _args_cdna
+
+    def run(self, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in, alpha, beta,
+            stream):
+        args = self.make_args(self.cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr,
+                              cin_ptr, ldc_in, alpha, beta)
+        self.kernel.launch(self.grid, self.block, self.smem, args, stream)
+
+
+def _args_hopper(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in,
+                 alpha, beta):
+    from . import _hopper_gemm as hop
+    return hop.make_args(cfg, a_ptr, (M, K), a_strides, b_ptr, (K, N), b_strides, c_ptr, (ldc, 1), bias_ptr,
+                         cin_ptr, (ldc_in, 1), alpha, beta)
+
+
+def _args_cdna(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in,
+               alpha, beta):
+    from . import _cdna_gemm as cdna
+    return cdna.make_args(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, (ldc, 1), M, N, K, bias_ptr=bias_ptr,
+                          cin_ptr=cin_ptr, cin_strides=(ldc_in, 1), alpha=alpha, beta=beta)
 
 
 _launchers: dict = {}
@@ -148,26 +211,43 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
     a_layout, lda = _layout("a", A.shape, A.strides)
     b_layout, ldb = _layout("b", B.shape, B.strides)
     dev = _device_for([A, B, O, Bias, C], device)
-    sig = (in_dtype, out_dtype, a_layout, b_layout, M, N, K, Bias is None, C is None, dev.kind, dev.index,
-           compiler, tuple(sorted(tile_overrides.items())) if tile_overrides else ())
+    if A.device == "cpu":
+        # Host inputs are staged as dense copies padded to 16-byte rows: always fully aligned.
+        a_align = b_align = 16
+    else:
+        a_align, b_align = alignment(A.ptr, lda), alignment(B.ptr, ldb)
+        if dev.target.is_amd and min(a_align, b_align) < 4:
+            return _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides)
+    sig = (in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, M, N, K, Bias is None, C is None, dev.kind,
+           dev.index, compiler, tuple(sorted(tile_overrides.items())) if tile_overrides else ())
     launcher = _launchers.get(sig)
     if launcher is None:
-        launcher = _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, Bias, C, compiler,
-                                  tile_overrides)
+        launcher = _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_align, b_align,
+                                  Bias, C, compiler, tile_overrides)
         _launchers[sig] = launcher
     if A.device == "cpu":
         return _run_host(launcher, A, B, O, Bias, C, M, N, K, a_layout, b_layout, out_dtype, alpha, beta)
     if O is None:
-        out = _allocate_like(A, (M, N), out_dtype)
+        out = interop.empty(A, (M, N), DTYPES[out_dtype])
         O = interop.describe(out)
-    args = launcher.mod.make_args(launcher.cfg, A.ptr, lda, B.ptr, ldb, O.ptr, O.strides[0], M, N, K,
-                                  bias_ptr=Bias.ptr if Bias else 0, c_ptr=C.ptr if C else 0,
-                                  ldc_in=C.strides[0] if C else 0, alpha=alpha, beta=beta)
+    a_strides, b_strides = _strides(a_layout, lda, b_layout, ldb)
     stream = runtime.stream_for(dev, A.framework)
-    launcher.kernel.launch(launcher.grid, launcher.block, launcher.smem, args, stream)
+    launcher.run(A.ptr, a_strides, B.ptr, b_strides, O.ptr, O.strides[0], M, N, K, Bias.ptr if Bias else 0,
+                 C.ptr if C else 0, C.strides[0] if C else 0, alpha, beta, stream)
     if A.framework == "jax":
         dev.synchronize(stream)  # JAX does not know about this stream: finish before it reads `out`
     return out
+
+
+def _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides):
+    """AMD operands whose base or leading dimension is not 4-byte aligned (e.g. bf16 with odd K):
+    direct-to-LDS loads cannot read them in place, so run on aligned copies (torch only)."""
+    if A.framework != "torch":
+        raise InvalidArgumentError("gemm on AMD: an operand's base pointer or leading dimension is not 4-byte "
+                                   "aligned; pass contiguous arrays whose rows are a multiple of 2 elements")
+    return gemm(interop.aligned_copy(A), interop.aligned_copy(B), out=O.obj if O else None, out_dtype=out_dtype,
+                bias=Bias.obj if Bias else None, c=C.obj if C else None, alpha=alpha, beta=beta,
+                compiler=compiler, **tile_overrides)
 
 
 def _check_epilogue(Bias, C, O, M, N):
@@ -183,40 +263,42 @@ def _check_epilogue(Bias, C, O, M, N):
         raise InvalidArgumentError(f"gemm: c must be a row-major ({M}, {N}) array, got shape {C.shape}")
 
 
-def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, Bias, C, compiler, overrides):
-    num_sms = getattr(dev, "multiprocessors", None)
+def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, Bias, C, compiler,
+                   overrides):
+    for name, arr in (("bias", Bias), ("c", C)):
+        if arr is not None and arr.dtype.name != out_dtype:
+            raise DTypeError(f"gemm: {name} has dtype {arr.dtype.name}; it must have the output dtype "
+                             f"({out_dtype}); convert it first")
+    num_sms = getattr(dev, "multiprocessors", None) or dev.target.compute_units
     spec, cfg = GEMM.specialize(dev.target, m=M, n=N, k=K, dtype=in_dtype, out_dtype=out_dtype,
-                                a_layout=a_layout, b_layout=b_layout, bias=Bias is not None,
-                                c=C is not None, num_sms=num_sms, **overrides)
+                                a_layout=a_layout, b_layout=b_layout, bias=Bias is not None, c=C is not None,
+                                num_sms=num_sms, a_align=a_align, b_align=b_align, **overrides)
     mod = _arch_module(dev.target)
     kernel = jit.load_spec(spec, dev, mod.dynamic_smem(cfg), compiler)
-    return _Launcher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms or dev.target.compute_units), dev)
-
-
-def _allocate_like(template, shape, dtype_name):
-    return interop.empty(template, shape, DTYPES[dtype_name])
+    return _Launcher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev)
 
 
 def _run_host(launcher, A, B, O, Bias, C, M, N, K, a_layout, b_layout, out_dtype, alpha, beta):
-    """NumPy inputs: copy dense copies (in each operand's own layout) to the device, run, copy back."""
-    import numpy as np
+    """Host (NumPy / CPU torch) inputs: copy dense copies (rows padded to 16 bytes, each operand in
+    its own layout) to the device, run, copy the result back into `out` or a new host array of the
+    caller's kind."""
     dev = launcher.device
-    host_out = O.obj if O is not None else np.empty((M, N), dtype=interop.numpy_dtype(DTYPES[out_dtype]))
-    a_host, lda = interop.dense_host_copy(A, a_layout)
-    b_host, ldb = interop.dense_host_copy(B, b_layout)
+    a_host, a_ptr, a_bytes, lda = interop.dense_host_copy(A, a_layout, pad_to=8)
+    b_host, b_ptr, b_bytes, ldb = interop.dense_host_copy(B, b_layout, pad_to=8)
+    dense_out = O is not None and O.strides == (N, 1)
+    result, o_ptr, o_bytes = ((O.obj, O.ptr, M * N * O.dtype.itemsize) if dense_out
+                              else interop.empty_host(O or A, (M, N), DTYPES[out_dtype]))
+    a_strides, b_strides = _strides(a_layout, lda, b_layout, ldb)
     with interop.DeviceStaging(dev) as stage:
-        a_ptr, b_ptr = stage.upload(a_host), stage.upload(b_host)
-        bias_ptr = stage.upload(interop.dense_host_copy(Bias, "row")[0]) if Bias is not None else 0
-        c_ptr = stage.upload(interop.dense_host_copy(C, "row")[0]) if C is not None else 0
-        o_ptr = stage.alloc(M * N * DTYPES[out_dtype].itemsize)
-        args = launcher.mod.make_args(launcher.cfg, a_ptr, lda, b_ptr, ldb, o_ptr, N, M, N, K, bias_ptr=bias_ptr,
-                                      c_ptr=c_ptr, ldc_in=N if C is not None else 0, alpha=alpha, beta=beta)
-        launcher.kernel.launch(launcher.grid, launcher.block, launcher.smem, args, 0)
+        d_bias = stage.upload(*interop.dense_host_copy(Bias, "row")[1:3]) if Bias is not None else 0
+        d_c = stage.upload(*interop.dense_host_copy(C, "row")[1:3]) if C is not None else 0
+        d_out = stage.alloc(o_bytes)
+        launcher.run(stage.upload(a_ptr, a_bytes), a_strides, stage.upload(b_ptr, b_bytes), b_strides, d_out, N,
+                     M, N, K, d_bias, d_c, N if C is not None else 0, alpha, beta, 0)
         dev.synchronize(0)
-        if host_out.flags.c_contiguous:
-            stage.download(o_ptr, host_out)
-        else:
-            dense = np.empty((M, N), dtype=host_out.dtype)
-            stage.download(o_ptr, dense)
-            host_out[...] = dense
-    return host_out
+        stage.download(o_ptr, d_out, o_bytes)
+    del a_host, b_host
+    if O is not None and not dense_out:
+        O.obj[...] = result
+        return O.obj
+    return result

@@ -36,7 +36,7 @@
 #elif defined(__gfx942__)
 #define HK_CDNA4 0
 #define HK_CDNA3 1
-#elif defined(__AMDGCN__)
+#elif defined(__AMDGCN__) && defined(__HIP_DEVICE_COMPILE__)
 #error "hk: unsupported AMD target; hkjit supports gfx942 and gfx950"
 #endif
 #else

@@ -1,0 +1,1 @@
+"""Benchmarks that run hkjit and its peers side by side in one process and print ratios."""

@@ -1,0 +1,536 @@
+"""The executor of one kernel: compiles basic blocks of decoded instructions into closures, runs
+groups of lock-stepped waves over the whole grid, keeps LDS per workgroup and checks hazards."""
+
+import struct
+import time
+
+import numpy as np
+
+from . import mfma, salu, valu, vmem, vspecial
+from .decode import decode
+from .errors import SimError, SimHazardError, SimUnsupportedInstruction
+from .operands import Ops, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
+from .state import EXEC, M0, SGPR_KEY, VCC, Group, pack_mask
+
+U32, I32, I64, U64 = np.uint32, np.int32, np.int64, np.uint64
+LDS_LIMIT = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+V_BUDGET = 256 << 20     # bytes of register state per batch of workgroups
+
+_SOPP_NOP = {"s_nop", "s_setprio", "s_sleep", "s_icache_inv", "s_incperflevel", "s_decperflevel",
+             "s_ttracedata", "s_sendmsg", "s_sendmsghalt", "s_sethalt", "s_endpgm_saved", "s_wakeup",
+             "s_barrier_nop"}
+
+
+def _rup(x, k):
+    return (x + k - 1) // k * k
+
+
+class Machine:
+    def __init__(self, kernel, arch, mem, checks=True):
+        self.kernel, self.name, self.arch, self.mem = kernel, kernel.name, arch, mem
+        self.checks = checks
+        meta = kernel.meta
+        kd = kernel.descriptor
+        if kd.wave32:
+            raise SimError("wave32 kernels are not simulated (CDNA is wave64)", kernel=self.name)
+        self.nva = max(8, _rup(int(meta.get(".vgpr_count", 256)), 8))
+        self.nacc = _rup(int(meta.get(".agpr_count", 0)), 4)
+        self.code = kernel.code
+        self.entry_pc = kernel.entry_addr - kernel.text_addr
+        self.entry_addr = kernel.text_addr        # pc 0 is the start of .text
+        self.blocks = {}
+        self.winst = 0                            # wave-instructions executed
+        self.ntok = 1
+        self.tok_live = np.zeros(1024, bool)
+        self.lds_size = 0
+
+    # ------------------------------------------------------------ errors
+    def pcrel(self, addr):
+        return addr - self.entry_pc
+
+    def wave_desc(self, g, i=0):
+        w = int(g.wave[i])
+        return f"{w} (workgroup {self.wg_ids[int(g.wgi[i])]}, wave {w % self.wpg} in it)" + (
+            f" and {g.n - 1} more in lock-step" if g.n > 1 else "")
+
+    def err_factory(self, inst, cls=SimHazardError):
+        def make(g, msg, i=0):
+            return cls(msg, kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g, i), inst=inst.text())
+        return make
+
+    def clock(self):
+        return int(time.perf_counter() * 1e8)
+
+    # ------------------------------------------------------------ compile
+    def _compile(self, inst):
+        """-> (fn, check_keys, is_terminator)."""
+        o = Ops(self, inst)
+        fam, name = inst.fam, inst.name
+        fn = None
+        if fam == "SOPP":
+            return self._sopp(o, inst)
+        if fam == "SOP1" and name in ("s_setpc_b64", "s_swappc_b64"):
+            return self._setpc(o, inst)
+        if fam == "SOPK" and name == "s_call_b64":
+            return self._call(o, inst)
+        if fam == "SOP2":
+            fn = salu.compile_sop2(o, inst)
+        elif fam == "SOPC":
+            fn = salu.compile_sopc(o, inst)
+        elif fam == "SOP1":
+            fn = salu.compile_sop1(o, inst, self)
+        elif fam == "SOPK":
+            fn = salu.compile_sopk(o, inst, self)
+        elif fam == "SMEM":
+            fn = salu.compile_smem(o, inst, self)
+        elif fam == "VOPC" or (fam == "VOP3" and inst.op < 0x100):
+            fn = valu.compile_vopc(o, inst, self)
+        elif fam in ("VOP1", "VOP2", "VOP3"):
+            fn = vspecial.compile_special(o, inst, self) or valu.compile_valu(o, inst, self)
+        elif fam == "VOP3P":
+            if name == "v_mfma_ld_scale_b32":
+                fn = mfma.compile_ld_scale(o, inst, self)
+            elif "mfma" in name:
+                fn = mfma.compile_mfma(o, inst, self)
+            elif name.startswith("v_accvgpr"):
+                fn = vspecial.compile_special(o, inst, self)
+            else:
+                fn = vspecial.compile_vop3p(o, inst, self)
+        elif fam == "DS":
+            fn = vmem.compile_ds(o, inst, self)
+        elif fam in ("GLOBAL", "FLAT", "SCRATCH"):
+            fn = vmem.compile_global(o, inst, self)
+        elif fam == "MUBUF":
+            fn = vmem.compile_mubuf(o, inst, self)
+        if fn is None:
+            raise SimUnsupportedInstruction(f"instruction {name} ({fam}) is not simulated", kernel=self.name,
+                                            pc=self.pcrel(inst.addr), inst=inst.text())
+        memop = fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF", "DS", "SMEM")
+        keys = frozenset(o.rk) if memop else frozenset(o.rk | o.wk)
+        return fn, keys, False
+
+    def _block(self, pc):
+        items = []
+        term = None
+        p = pc
+        while True:
+            try:
+                inst = decode(self.code, p, self.arch, self.name)
+                fn, keys, is_term = self._compile(inst)
+            except SimUnsupportedInstruction as e:
+                def raiser(g, e=e, p=p):
+                    raise SimUnsupportedInstruction(e.message, kernel=self.name, pc=self.pcrel(p), inst=e.inst,
+                                                    wave=self.wave_desc(g))
+                items.append((raiser, frozenset(), None))
+                term = (lambda g: None, None)
+                break
+            if is_term:
+                term = (fn, inst)
+                break
+            items.append((fn, keys, inst))
+            p += inst.size
+        blk = (tuple(items), term[0], term[1], p)
+        self.blocks[pc] = blk
+        return blk
+
+    # ------------------------------------------------------------ control flow (SOPP etc.)
+    def _sopp(self, o, inst):
+        name, k = inst.name, inst.f["simm16"]
+        nxt = inst.addr + 4
+        tgt = nxt + 4 * (k - 0x10000 if k & 0x8000 else k)
+        if name in _SOPP_NOP or name == "s_waitcnt" and not self.checks:
+            return (lambda g: None), frozenset(), False
+        if name == "s_waitcnt":
+            vm, lgkm = salu.waitcnt_fields(k)
+
+            def wait(g):
+                changed = False
+                while len(g.vmq) > vm:
+                    _, _, tok = g.vmq.pop(0)
+                    if tok:
+                        self.tok_live[tok] = False
+                    changed = True
+                while len(g.lgkmq) > lgkm:
+                    g.lgkmq.pop(0)
+                    changed = True
+                if changed:
+                    g.pend = set().union(*(e[0] for e in g.vmq), *(e[0] for e in g.lgkmq))
+            return wait, frozenset(), False
+        if name == "s_endpgm":
+            return (lambda g: None), frozenset(), True
+        if name == "s_barrier":
+            return (lambda g: "barrier"), frozenset(), True
+        if name == "s_branch":
+            return (lambda g: tgt), frozenset(), True
+        if name.startswith("s_cbranch_"):
+            c = name[len("s_cbranch_"):]
+            conds = {
+                "scc0": lambda g: ~g.scc.astype(bool), "scc1": lambda g: g.scc.astype(bool),
+                "vccz": lambda g: (g.S[:, VCC] | g.S[:, VCC + 1]) == 0,
+                "vccnz": lambda g: (g.S[:, VCC] | g.S[:, VCC + 1]) != 0,
+                "execz": lambda g: ~g.exec.any(1), "execnz": lambda g: g.exec.any(1)}
+            if c not in conds:
+                raise o.err(f"{name} is not simulated")
+            cond = conds[c]
+
+            def br(g):
+                t = cond(g)
+                if t.all():
+                    return tgt
+                if not t.any():
+                    return nxt
+                return ("split", t, tgt, nxt)
+            return br, frozenset(), True
+        if name == "s_trap":
+            def trap(g):
+                raise SimError(f"s_trap {k} (a device-side assert or trap) executed", kernel=self.name,
+                               pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
+            return trap, frozenset(), False
+        raise o.err(f"{name} is not simulated")
+
+    def _setpc(self, o, inst):
+        f = inst.f
+        src = o.ssrc(f["ssrc0"], True)
+        ret = o.sdst(f["sdst"], True) if inst.name == "s_swappc_b64" else None
+        retval = U64(self.entry_addr + inst.addr + 4)
+
+        def run(g):
+            t = np.broadcast_to(src(g), (g.n,)).astype(I64) - self.entry_addr
+            if ret:
+                ret(g, np.full(g.n, retval, U64))
+            if (t == t[0]).all():
+                return int(t[0])
+            return ("multi", t)
+        return run, frozenset(o.rk), True
+
+    def _call(self, o, inst):
+        k = inst.f["simm16"]
+        w = o.sdst(inst.f["sdst"], True)
+        tgt = inst.addr + 4 + 4 * (k - 0x10000 if k & 0x8000 else k)
+        retval = U64(self.entry_addr + inst.addr + 4)
+
+        def run(g):
+            w(g, np.full(g.n, retval, U64))
+            return tgt
+        return run, frozenset(), True
+
+    # ------------------------------------------------------------ running groups
+    def _hazard_regs(self, g, keys, inst):
+        bad = sorted(keys & g.pend)
+        k = bad[0]
+        src = None
+        for q, cnt in ((g.vmq, "vmcnt"), (g.lgkmq, "lgkmcnt")):
+            for e in q:
+                if k in e[0]:
+                    src = (e[1], cnt)
+        reg = f"s{k - SGPR_KEY}" if k >= SGPR_KEY else (f"v{k}" if k < self.nva else f"a{k - self.nva}")
+        what = f"the load at +{self.pcrel(src[0]):#x}" if src else "a load"
+        cnt = src[1] if src else "vmcnt/lgkmcnt"
+        raise SimHazardError(f"{reg} is used before the s_waitcnt {cnt} that covers {what} writing it "
+                             f"(real hardware would read a stale value)", kernel=self.name,
+                             pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
+
+    def run_block(self, g):
+        blk = self.blocks.get(g.pc) or self._block(g.pc)
+        items, term, tinst, tpc = blk
+        i = -1
+        try:
+            if self.checks:
+                for i, (fn, keys, inst) in enumerate(items):
+                    if g.pend and not keys.isdisjoint(g.pend):
+                        self._hazard_regs(g, keys, inst)
+                    fn(g)
+            else:
+                for fn, keys, inst in items:
+                    fn(g)
+            self.winst += (len(items) + 1) * g.n
+            return term(g), tpc
+        except SimError:
+            raise
+        except Exception as e:  # a bug of the simulator: say where
+            inst = items[i][2] if 0 <= i < len(items) and items[i][2] else tinst
+            raise SimError(f"internal simulator error {type(e).__name__}: {e}", kernel=self.name,
+                           pc=self.pcrel(inst.addr) if inst else None, wave=self.wave_desc(g),
+                           inst=inst.text() if inst else None) from e
+
+    def run_groups(self, groups):
+        runnable, waiting = list(groups), []
+        while runnable or waiting:
+            if not runnable:
+                for g in waiting:
+                    g.epoch = g.epoch + 1
+                runnable, waiting = waiting, []
+            runnable.sort(key=lambda x: x.pc)
+            g = runnable.pop(0)
+            if runnable and runnable[0].pc == g.pc:
+                same = [x for x in runnable if x.pc == g.pc and x.same_state(g)]
+                if same:
+                    ids = {id(x) for x in same}
+                    runnable = [x for x in runnable if id(x) not in ids]
+                    g = Group.merge([g] + same)
+            while True:
+                res, tpc = self.run_block(g)
+                if isinstance(res, int):
+                    g.pc = res
+                    if runnable and res > min(x.pc for x in runnable):
+                        runnable.append(g)
+                        break
+                    continue
+                if res is None:            # s_endpgm
+                    break
+                if res == "barrier":
+                    g.pc = tpc + 4
+                    waiting.append(g)
+                    break
+                if res[0] == "split":
+                    _, t, pa, pb = res
+                    ga, gb = g.take(t), g.take(~t)
+                    ga.pc, gb.pc = pa, pb
+                    runnable += [ga, gb]
+                    break
+                if res[0] == "multi":
+                    t = res[1]
+                    for v in np.unique(t):
+                        gg = g.take(t == v)
+                        gg.pc = int(v)
+                        runnable.append(gg)
+                    break
+
+    # ------------------------------------------------------------ LDS
+    def new_token(self):
+        t = self.ntok
+        self.ntok += 1
+        if t >= len(self.tok_live):
+            self.tok_live = np.concatenate([self.tok_live, np.zeros(len(self.tok_live), bool)])
+        self.tok_live[t] = True
+        return t
+
+    def _lane_info(self, g, mask):
+        if mask is None:
+            return np.repeat(g.wgi, 64), np.repeat(g.wave, 64), np.repeat(g.epoch, 64)
+        n = g.n
+        return (np.broadcast_to(g.wgi[:, None], (n, 64))[mask], np.broadcast_to(g.wave[:, None], (n, 64))[mask],
+                np.broadcast_to(g.epoch[:, None], (n, 64))[mask])
+
+    def _lds_flat(self, g, mask, a, size, err, what):
+        a = a.reshape(-1) if mask is None else a[mask]
+        wg, waves, ep = self._lane_info(g, mask)
+        bad = (a < 0) | (a + size > self.lds_size)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise err(g, f"out-of-bounds LDS {what} of {size} bytes at address {int(a[j])}; the workgroup "
+                         f"has {self.lds_size} bytes of LDS (static + dynamic)")
+        return wg.astype(I64) * self.lds_size + a, waves, ep
+
+    def lds_read(self, g, mask, a, size, err, inst):
+        flat, waves, ep = self._lds_flat(g, mask, a, size, err, "read")
+        if size % 4 == 0 and not (flat & 3).any():
+            data = self.lds32[(flat >> 2)[:, None] + np.arange(size // 4)]
+            data = data.view(np.uint8).reshape(-1, size)
+        else:
+            data = self.lds[flat[:, None] + np.arange(size)]
+        if self.checks and flat.size:
+            idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
+            wv, ee = waves[:, None], ep[:, None]
+            wr = self.lds_w[idx]
+            race = (wr >= 0) & (wr != wv) & (self.lds_we[idx] == ee)
+            if race.any():
+                j = np.argwhere(race)[0]
+                raise SimHazardError(
+                    f"LDS race: wave {int(waves[j[0]])} reads LDS byte {int(idx[j[0], j[1]] * 4 % self.lds_size)} "
+                    f"written by wave {int(wr[j[0], j[1]])} of the same workgroup with no s_barrier in between",
+                    kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
+            if self.ntok > 1:
+                tok = self.lds_tok[idx]
+                live = self.tok_live[tok]
+                if live.any():
+                    raise SimHazardError(
+                        "LDS is read before the s_waitcnt vmcnt covering the direct-to-LDS load that writes it",
+                        kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
+            rd, re_ = self.lds_r[idx], self.lds_re[idx]
+            new = np.where((rd == -1) | (re_ != ee) | (rd == wv), wv, -2)
+            self.lds_r[idx] = new
+            self.lds_re[idx] = np.broadcast_to(ee, idx.shape)
+            if g.n > 1:   # two waves of one instruction reading one dword: several readers
+                back = self.lds_r[idx]
+                clash = (back != new)
+                if clash.any():
+                    self.lds_r[idx[clash]] = -2
+        return data
+
+    def lds_track_write(self, g, idx, wv, ee, inst):
+        wr = self.lds_w[idx]
+        we = self.lds_we[idx]
+        rd, re_ = self.lds_r[idx], self.lds_re[idx]
+        waw = (wr >= 0) & (wr != wv) & (we == ee)
+        war = (((rd >= 0) & (rd != wv)) | (rd == -2)) & (re_ == ee)
+        for bad, kind in ((waw, "written"), (war, "read")):
+            if bad.any():
+                j = tuple(np.argwhere(bad)[0])
+                other = int(wr[j]) if kind == "written" else int(rd[j])
+                who = f"wave {other}" if other >= 0 else "other waves"
+                raise SimHazardError(
+                    f"LDS race: wave {int(np.broadcast_to(wv, idx.shape)[j])} writes LDS byte "
+                    f"{int(idx[j] * 4 % self.lds_size)} {kind} by {who} of the same workgroup with no s_barrier "
+                    f"in between", kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g),
+                    inst=inst.text())
+        self.lds_w[idx] = wv
+        self.lds_we[idx] = ee
+
+    def lds_write(self, g, mask, a, size, data, err, inst):
+        flat, waves, ep = self._lds_flat(g, mask, a, size, err, "write")
+        if not flat.size:
+            return
+        if self.checks:
+            idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
+            wv, ee = np.broadcast_to(waves[:, None], idx.shape), np.broadcast_to(ep[:, None], idx.shape)
+            self.lds_track_write(g, idx, wv, ee, inst)
+        if size % 4 == 0 and not (flat & 3).any():
+            self.lds32[(flat >> 2)[:, None] + np.arange(size // 4)] = np.ascontiguousarray(data).view(U32).reshape(
+                -1, size // 4)
+        else:
+            self.lds[flat[:, None] + np.arange(size)] = data
+
+    def lds_atomic(self, g, mask, a, val, opn, typ, err, inst):
+        flat, waves, ep = self._lds_flat(g, mask, a, 4, err, "atomic")
+        if (flat & 3).any():
+            raise err(g, "misaligned LDS atomic")
+        idx = flat >> 2
+        olds = np.empty(idx.size, U32)
+        mem = self.lds32
+        for i in range(idx.size):       # lane order, like the hardware's serialisation
+            j = idx[i]
+            old = mem[j]
+            olds[i] = old
+            v = val[i]
+            if typ == "f32":
+                x, y = np.array([old], U32).view(np.float32)[0], np.array([v], U32).view(np.float32)[0]
+                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[opn]
+                mem[j] = np.array([r], np.float32).view(U32)[0]
+            elif typ == "i32" and opn in ("min", "max"):
+                x, y = int(np.int32(old.view(np.int32))), int(np.array([v], U32).view(np.int32)[0])
+                mem[j] = U32((min(x, y) if opn == "min" else max(x, y)) & 0xFFFFFFFF)
+            else:
+                x, y = int(old), int(v)
+                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y), "and": x & y, "or": x | y,
+                     "xor": x ^ y}[opn]
+                mem[j] = U32(r & 0xFFFFFFFF)
+        return olds
+
+    # ------------------------------------------------------------ launch
+    def launch(self, grid, block, dynamic_smem, args):
+        kd, meta = self.kernel.descriptor, self.kernel.meta
+        grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
+        block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
+        if min(grid) < 1 or min(block) < 1:
+            raise SimError(f"launch with an empty grid {grid} or block {block}", kernel=self.name)
+        threads = block[0] * block[1] * block[2]
+        maxf = int(meta.get(".max_flat_workgroup_size", 1024))
+        if threads > maxf:
+            raise SimError(f"block of {threads} threads exceeds the kernel's maximum of {maxf}", kernel=self.name)
+        self.lds_size = int(kd.group_segment_fixed_size) + int(dynamic_smem)
+        if self.lds_size > LDS_LIMIT[self.arch]:
+            raise SimError(f"the kernel needs {self.lds_size} bytes of LDS; {self.arch} has {LDS_LIMIT[self.arch]}",
+                           kernel=self.name)
+        if kd.private_segment_fixed_size or meta.get(".private_segment_fixed_size", 0):
+            raise SimError("kernels using scratch (private segment) are not simulated", kernel=self.name)
+        self.wpg = (threads + 63) // 64
+        # kernarg segment: explicit arguments, then the hidden ones the metadata lists
+        ksize = max(int(meta.get(".kernarg_segment_size", 0)), len(args), 8)
+        karg = bytearray(_rup(ksize, 64))
+        karg[:len(args)] = args
+        dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
+        for a in meta.get(".args", []):
+            kind, off, size = a.get(".value_kind", ""), a.get(".offset", 0), a.get(".size", 0)
+            val = None
+            if kind.startswith("hidden_block_count_"):
+                val = grid["xyz".index(kind[-1])]
+            elif kind.startswith("hidden_group_size_"):
+                val = block["xyz".index(kind[-1])]
+            elif kind == "hidden_grid_dims":
+                val = dims
+            elif kind == "hidden_dynamic_lds_size":
+                val = int(dynamic_smem)
+            elif kind == "hidden_shared_base":
+                val = SHARED_APERTURE_HI << 32
+            elif kind == "hidden_private_base":
+                val = PRIVATE_APERTURE_HI << 32
+            elif kind.startswith("hidden_"):
+                val = 0
+            if val is not None and off + size <= len(karg):
+                karg[off:off + size] = int(val).to_bytes(size, "little")
+        mem = self.mem
+        kbuf = mem.alloc(len(karg))
+        kbuf.u8[:len(karg)] = np.frombuffer(bytes(karg), np.uint8)
+        # dispatch packet (hsa_kernel_dispatch_packet_t) for kernels that read it
+        pkt = mem.alloc(64)
+        pk = struct.pack("<HHHHHHIIIIIQQQQ", 0, dims, block[0], block[1], block[2], 0,
+                         grid[0] * block[0], grid[1] * block[1], grid[2] * block[2], 0, 0, 0, 0, kbuf.base, 0)
+        pkt.u8[:len(pk)] = np.frombuffer(pk, np.uint8)
+        queue = mem.alloc(256)
+        old = np.seterr(all="ignore")
+        try:
+            self._run_grid(grid, block, kbuf, pkt, queue)
+        finally:
+            np.seterr(**old)
+            for b in (kbuf, pkt, queue):
+                mem.free(b)
+
+    def _run_grid(self, grid, block, kbuf, pkt, queue):
+        kd = self.kernel.descriptor
+        nwg = grid[0] * grid[1] * grid[2]
+        wpg = self.wpg
+        nregs = self.nva + self.nacc
+        per_wave = nregs * 64 * 4 + 128 * 4
+        batch_wg = max(1, min(nwg, V_BUDGET // (per_wave * wpg)))
+        threads = block[0] * block[1] * block[2]
+        t = np.arange(wpg * 64)
+        tx, ty, tz = t % block[0], (t // block[0]) % block[1], t // (block[0] * block[1])
+        v0 = (tx | ty << 10 | tz << 20).astype(U32).reshape(wpg, 64)
+        valid = (t < threads).reshape(wpg, 64)
+        exec_pair = pack_mask(valid)     # (wpg, 2)
+        user = {"private_segment_buffer": [0, 0, 0, 0], "dispatch_ptr": [pkt.base & 0xFFFFFFFF, pkt.base >> 32],
+                "queue_ptr": [queue.base & 0xFFFFFFFF, queue.base >> 32],
+                "kernarg_segment_ptr": [kbuf.base & 0xFFFFFFFF, kbuf.base >> 32], "dispatch_id": [0, 0],
+                "flat_scratch_init": [0, 0], "private_segment_size": [0]}
+        s_init = np.zeros(128, U32)
+        for name, first, cnt in kd.user_sgprs():
+            s_init[first:first + cnt] = user[name]
+        nuser = kd.user_sgpr_count
+        if kd.preload_length:
+            base = sum(c for _, _, c in kd.user_sgprs())
+            words = np.frombuffer(kbuf.u8[:len(kbuf.u8) // 4 * 4].tobytes(), U32)
+            o = kd.preload_offset
+            s_init[base:base + kd.preload_length] = words[o:o + kd.preload_length]
+        wgid_en = kd.workgroup_id_enabled
+        for start in range(0, nwg, batch_wg):
+            ids = np.arange(start, min(nwg, start + batch_wg))
+            nb = len(ids)
+            self.wg_ids = [(int(i % grid[0]), int(i // grid[0] % grid[1]), int(i // (grid[0] * grid[1])))
+                           for i in ids]
+            n = nb * wpg
+            V = np.zeros((nregs, n, 64), U32)
+            V[0] = np.tile(v0, (nb, 1))
+            S = np.tile(s_init, (n, 1))
+            s = nuser
+            wgx, wgy, wgz = ids % grid[0], ids // grid[0] % grid[1], ids // (grid[0] * grid[1])
+            for en, val in zip(wgid_en, (wgx, wgy, wgz)):
+                if en:
+                    S[:, s] = np.repeat(val, wpg)
+                    s += 1
+            S[:, EXEC:EXEC + 2] = np.tile(exec_pair, (nb, 1))
+            wave = np.repeat(ids, wpg) * wpg + np.tile(np.arange(wpg), nb)
+            wgi = np.repeat(np.arange(nb), wpg)
+            L = max(self.lds_size, 4)
+            self.lds = np.zeros(nb * L, np.uint8)
+            self.lds32 = self.lds[:nb * L // 4 * 4].view(U32)
+            self.lds_size_alloc = L
+            if self.checks:
+                nd = (nb * L + 3) // 4
+                self.lds_w = np.full(nd, -1, I32)
+                self.lds_we = np.zeros(nd, I32)
+                self.lds_r = np.full(nd, -1, I32)
+                self.lds_re = np.zeros(nd, I32)
+                self.lds_tok = np.zeros(nd, I32)
+            g = Group(V, S, np.zeros(n, bool), wave, wgi, np.zeros(n, I32), self.entry_pc)
+            self.run_groups([g])

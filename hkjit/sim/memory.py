@@ -1,0 +1,126 @@
+"""Global memory of a simulated device: host memory in NumPy arrays at made-up device addresses.
+Every access is checked against the live allocations; one outside all of them is an error."""
+
+import bisect
+
+import numpy as np
+
+from .errors import SimHazardError
+
+BASE = 0x7F00_0000_0000      # first device address handed out
+ALIGN = 1 << 16              # allocations are 64 KiB aligned, with at least 64 KiB unmapped between
+
+
+class Allocation:
+    __slots__ = ("base", "nbytes", "u8", "u32", "ptr", "freed")
+
+    def __init__(self, base, nbytes):
+        self.base, self.nbytes = base, nbytes
+        padded = (nbytes + 15) & ~15
+        self.u8 = np.zeros(max(padded, 16), np.uint8)
+        self.u32 = self.u8.view(np.uint32)
+        self.ptr = base
+        self.freed = False
+
+
+class Memory:
+    def __init__(self):
+        self.allocs = []      # sorted by base
+        self.bases = []
+        self.next = BASE
+
+    def alloc(self, nbytes) -> Allocation:
+        a = Allocation(self.next, int(nbytes))
+        self.next += ((max(int(nbytes), 1) + ALIGN - 1) // ALIGN + 1) * ALIGN
+        self.allocs.append(a)
+        self.bases.append(a.base)
+        return a
+
+    def free(self, a):
+        i = bisect.bisect_left(self.bases, a.base)
+        if i < len(self.bases) and self.allocs[i] is a:
+            del self.allocs[i], self.bases[i]
+        a.freed = True
+
+    def find(self, addr):
+        i = bisect.bisect_right(self.bases, addr) - 1
+        if i >= 0:
+            a = self.allocs[i]
+            if addr < a.base + a.nbytes:
+                return a
+        return None
+
+    def describe(self, addr):
+        i = bisect.bisect_right(self.bases, addr) - 1
+        if i >= 0:
+            a = self.allocs[i]
+            return (f"{addr:#x} is {addr - a.base} bytes from the start of a {a.nbytes}-byte allocation at "
+                    f"{a.base:#x}")
+        return f"{addr:#x} is below every allocation"
+
+    # ---------------------------------------------------------------- vectorised access
+    def _locate(self, addr, nbytes, what, err):
+        """addr: int64 array of active lanes' addresses. Returns [(alloc, mask)] covering all lanes,
+        or raises. nbytes: bytes each lane touches."""
+        lo, hi = int(addr.min()), int(addr.max())
+        a = self.find(lo)
+        if a is not None and hi + nbytes <= a.base + a.nbytes:
+            return [(a, None)]
+        out = []
+        pos = np.searchsorted(np.asarray(self.bases, np.int64), addr, side="right") - 1
+        bad = pos < 0
+        for i in np.unique(pos[~bad]):
+            al = self.allocs[i]
+            m = pos == i
+            inb = addr[m] + nbytes <= al.base + al.nbytes
+            if not inb.all():
+                bad_addr = int(addr[m][~inb][0])
+                raise err(f"out-of-bounds global {what} of {nbytes} bytes: {self.describe(bad_addr)}")
+            out.append((al, m))
+        if bad.any():
+            raise err(f"out-of-bounds global {what}: {self.describe(int(addr[bad][0]))}")
+        return out
+
+    def load(self, addr, nbytes, err):
+        """addr: int64 array (k,) -> uint8 array (k, nbytes) (or uint32 (k, nbytes//4) when aligned)."""
+        if nbytes % 4 == 0 and not (addr & 3).any():
+            out = np.empty((addr.shape[0], nbytes // 4), np.uint32)
+            for a, m in self._locate(addr, nbytes, "load", err):
+                off = ((addr if m is None else addr[m]) - a.base) >> 2
+                idx = off[:, None] + np.arange(nbytes // 4)
+                if m is None:
+                    out = a.u32[idx]
+                else:
+                    out[m] = a.u32[idx]
+            return out
+        out = np.empty((addr.shape[0], nbytes), np.uint8)
+        for a, m in self._locate(addr, nbytes, "load", err):
+            off = (addr if m is None else addr[m]) - a.base
+            idx = off[:, None] + np.arange(nbytes)
+            if m is None:
+                out = a.u8[idx]
+            else:
+                out[m] = a.u8[idx]
+        if nbytes % 4 == 0:
+            return np.ascontiguousarray(out).view(np.uint32)
+        return out
+
+    def store(self, addr, data, err):
+        """addr: int64 (k,); data: uint32 (k, n) or uint8 (k, nbytes)."""
+        nbytes = data.shape[1] * data.itemsize
+        aligned = data.dtype == np.uint32 and not (addr & 3).any()
+        for a, m in self._locate(addr, nbytes, "store", err):
+            ad = addr if m is None else addr[m]
+            d = data if m is None else data[m]
+            if aligned:
+                a.u32[((ad - a.base) >> 2)[:, None] + np.arange(d.shape[1])] = d
+            else:
+                d8 = np.ascontiguousarray(d).view(np.uint8).reshape(len(ad), nbytes)
+                a.u8[(ad - a.base)[:, None] + np.arange(nbytes)] = d8
+
+    def view(self, addr, nbytes, err, what="access"):
+        """(allocation, byte offset) for a scalar access of nbytes at addr."""
+        a = self.find(addr)
+        if a is None or addr + nbytes > a.base + a.nbytes:
+            raise err(f"out-of-bounds global {what} of {nbytes} bytes: {self.describe(addr)}")
+        return a, addr - a.base

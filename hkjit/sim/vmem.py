@@ -1,0 +1,521 @@
+"""Vector memory: global / flat / scratch, buffer (MUBUF, incl. `lds` direct-to-LDS loads and
+out-of-range lanes), and LDS (DS) instructions, with the hazard bookkeeping they need."""
+
+import re
+
+import numpy as np
+
+from .state import M0, SGPR_KEY
+from .errors import SimHazardError
+
+U8, U16, U32, U64, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
+LANES = np.arange(64, dtype=I64)
+
+# memory op suffix -> (bytes, sign-extend, d16 half: None / 'lo' / 'hi')
+_SIZES = {"dword": (4, False, None), "dwordx2": (8, False, None), "dwordx3": (12, False, None),
+          "dwordx4": (16, False, None), "ubyte": (1, False, None), "sbyte": (1, True, None),
+          "ushort": (2, False, None), "sshort": (2, True, None), "byte": (1, False, None),
+          "short": (2, False, None), "short_d16": (2, False, "lo"), "short_d16_hi": (2, False, "hi"),
+          "ubyte_d16": (1, False, "lo"), "ubyte_d16_hi": (1, False, "hi"), "sbyte_d16": (1, True, "lo"),
+          "sbyte_d16_hi": (1, True, "hi"), "byte_d16_hi": (1, False, "hi")}
+
+
+def _scatter_rows(g, d, nd, data, mask):
+    """data: (k, nd) uint32 for the active lanes (mask (n,64)), or (n*64, nd) when mask is None."""
+    if mask is None:
+        data = data.reshape(g.n, 64, nd)
+        for i in range(nd):
+            g.V[d + i] = data[:, :, i]
+    else:
+        for i in range(nd):
+            g.V[d + i][mask] = data[:, i]
+
+
+def _extend(raw_bytes, size, signed):
+    """(k, size) uint8 -> (k,) uint32 zero/sign-extended."""
+    if size == 1:
+        v = raw_bytes[:, 0]
+        return v.view(np.int8).astype(np.int32).view(U32) if signed else v.astype(U32)
+    v = np.ascontiguousarray(raw_bytes[:, :2]).view(U16)[:, 0]
+    return v.view(np.int16).astype(np.int32).view(U32) if signed else v.astype(U32)
+
+
+def _issue(m, g, q, keys, addr, token=None):
+    if m.checks:
+        (g.vmq if q == "vm" else g.lgkmq).append((keys, addr, token))
+        g.pend |= keys
+
+
+def compile_global(o, inst, m):
+    f, name = inst.f, inst.name
+    fam = inst.fam
+    mo = re.match(r"(global|flat|scratch)_(load_lds|load|store|atomic)_(\w+)$", name)
+    if not mo:
+        return None
+    kind, rest = mo.group(2), mo.group(3)
+    if fam == "SCRATCH":
+        return None   # no scratch in hkjit kernels (checked: private_segment_fixed_size == 0)
+    err = m.err_factory(inst)
+    saddr = f["saddr"] if fam == "GLOBAL" else 0x7F
+    off = f["offset"]
+    if saddr != 0x7F and saddr != 0x7D:
+        sb = o.sreg(saddr, 2)
+        va = o.vrow(f["addr"])
+
+        def address(g):
+            base = g.S[:, sb].astype(I64) | g.S[:, sb + 1].astype(I64) << 32
+            return base[:, None] + g.V[va].astype(I64) + off
+    else:
+        va = o.vrow(f["addr"], count=2)
+
+        def address(g):
+            return (g.V[va].astype(I64) | g.V[va + 1].astype(I64) << 32) + off
+    acc = bool(f.get("acc"))
+
+    def lanes(g):
+        a = address(g)
+        if g.full:
+            return a.reshape(-1), None
+        return a[g.exec], g.exec
+
+    if kind == "atomic":
+        return _compile_atomic(o, inst, m, rest, lanes, err, acc)
+    if rest not in _SIZES:
+        return None
+    size, signed, d16 = _SIZES[rest]
+    iaddr = inst.addr
+    if kind == "load_lds":
+        return _compile_load_lds(o, inst, m, size, signed, lanes, err, lambda g, ln: ln)
+    if kind == "load":
+        nd = max(1, size // 4)
+        d = o.vrow(f["vdst"], acc=acc, count=nd, write=True)
+        if d16:
+            o.vrow(f["vdst"], acc=acc)
+        keys = frozenset(o.wk)
+
+        def run(g):
+            a, mask = lanes(g)
+            if a.size:
+                data = m.mem.load(a, size, lambda msg: err(g, msg))
+                if size < 4:
+                    v = _extend(data, size, signed)
+                    if d16:
+                        old = g.V[d] if mask is None else g.V[d][mask]
+                        old = old.reshape(-1)
+                        v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if d16 == "lo" else \
+                            (old & U32(0xFFFF)) | (v << U32(16))
+                    data = v[:, None]
+                _scatter_rows(g, d, nd, data, mask)
+            _issue(m, g, "vm", keys, iaddr)
+        return run
+    # store
+    nd = max(1, size // 4)
+    s = o.vrow(f["data"], acc=acc, count=nd)
+    keys = frozenset()
+
+    def run(g):
+        a, mask = lanes(g)
+        if a.size:
+            if mask is None:
+                data = np.stack([g.V[s + i].reshape(-1) for i in range(nd)], 1)
+            else:
+                data = np.stack([g.V[s + i][mask] for i in range(nd)], 1)
+            if size < 4:
+                v = data[:, 0] >> U32(16) if d16 == "hi" else data[:, 0]
+                data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
+            m.mem.store(a, data, lambda msg: err(g, msg))
+        _issue(m, g, "vm", keys, iaddr)
+    return run
+
+
+_ATOMIC = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "smin": None, "umin": np.minimum,
+           "smax": None, "umax": np.maximum, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+           "xor": lambda a, b: a ^ b, "swap": lambda a, b: b}
+
+
+def _compile_atomic(o, inst, m, rest, lanes, err, acc):
+    f = inst.f
+    # global_atomic_add_f32 / pk_add_bf16 / add / max_i32 ...
+    mo = re.match(r"(add_f32|pk_add_f16|pk_add_bf16|add|sub|smin|umin|smax|umax|and|or|xor|swap|inc|dec)$", rest)
+    if not mo:
+        return None
+    opn = mo.group(1)
+    ret = bool(f["sc0"])
+    s = o.vrow(f["data"], acc=acc)
+    d = o.vrow(f["vdst"], acc=acc, write=True) if ret else None
+    keys = frozenset(o.wk) if ret else frozenset()
+    iaddr = inst.addr
+
+    def run(g):
+        a, mask = lanes(g)
+        if not a.size:
+            return
+        val = g.V[s].reshape(-1) if mask is None else g.V[s][mask]
+        olds = np.empty(a.size, U32)
+        # lanes in order; duplicates accumulate like the hardware's serialisation
+        for i in range(a.size):
+            al, off = m.mem.view(int(a[i]), 4, lambda msg: err(g, msg), "atomic")
+            cur = al.u8[off:off + 4].view(U32)
+            old = cur[0]
+            olds[i] = old
+            v = val[i]
+            if opn == "add_f32":
+                new = (np.float32(old.view(np.float32)) + v.view(np.float32)).astype(np.float32).view(U32)
+            elif opn in ("pk_add_f16", "pk_add_bf16"):
+                from . import fp
+                if opn == "pk_add_f16":
+                    x = np.array([old], U32).view(np.float16) + np.array([v], U32).view(np.float16)
+                    new = x.astype(np.float16).view(U32)[0]
+                else:
+                    xo = fp.bf16_to_f32(np.array([old & 0xFFFF, old >> 16]))
+                    xv = fp.bf16_to_f32(np.array([v & 0xFFFF, v >> 16]))
+                    r = fp.f32_to_bf16(xo + xv).astype(U32)
+                    new = r[0] | (r[1] << U32(16))
+            elif opn == "smin":
+                new = min(int(old.view(np.int32)), int(U32(v).view(np.int32))) & 0xFFFFFFFF
+            elif opn == "smax":
+                new = max(int(old.view(np.int32)), int(U32(v).view(np.int32))) & 0xFFFFFFFF
+            elif opn == "inc":
+                new = 0 if old >= v else old + 1
+            elif opn == "dec":
+                new = v if (old == 0 or old > v) else old - 1
+            else:
+                new = _ATOMIC[opn](U32(old), U32(v))
+            cur[0] = U32(int(new) & 0xFFFFFFFF)
+        if ret:
+            _scatter_rows(g, d, 1, olds[:, None], mask)
+        _issue(m, g, "vm", keys, iaddr)
+    return run
+
+
+def _lds_write_dma(m, g, mask, ldsaddr, data_bytes, size, err, inst):
+    """Direct-to-LDS write of `size` bytes per active lane; data_bytes (k, size) uint8 (0 for
+    out-of-range lanes). ldsaddr (n, 64) int64 byte addresses in the wave's workgroup."""
+    a = ldsaddr.reshape(-1) if mask is None else ldsaddr[mask]
+    wg = np.repeat(g.wgi, 64) if mask is None else np.broadcast_to(g.wgi[:, None], (g.n, 64))[mask]
+    if a.size == 0:
+        return None
+    if (a < 0).any() or (a + size > m.lds_size).any():
+        bad = int(a[(a < 0) | (a + size > m.lds_size)][0])
+        raise err(g, f"out-of-bounds LDS write (direct-to-LDS load) at byte {bad} of {size} bytes; the "
+                     f"workgroup has {m.lds_size} bytes of LDS")
+    flat = wg.astype(I64) * m.lds_size + a
+    m.lds[flat[:, None] + np.arange(size)] = data_bytes
+    token = None
+    if m.checks:
+        token = m.new_token()
+        idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
+        m.lds_tok[idx] = token
+        waves = np.repeat(g.wave, 64) if mask is None else np.broadcast_to(g.wave[:, None], (g.n, 64))[mask]
+        ep = np.repeat(g.epoch, 64) if mask is None else np.broadcast_to(g.epoch[:, None], (g.n, 64))[mask]
+        m.lds_track_write(g, idx, np.broadcast_to(waves[:, None], idx.shape),
+                          np.broadcast_to(ep[:, None], idx.shape), inst)
+    return token
+
+
+def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
+    """global_load_lds_* / buffer_load_* lds: LDS address = M0 + inst offset + lane * size."""
+    f = inst.f
+    off = f["offset"] if inst.fam == "MUBUF" else f["offset"]
+    o.sreg(M0)
+    iaddr = inst.addr
+    if size not in (1, 2, 4) and not (m.arch == "gfx950" and size in (12, 16)):
+        raise o.err(f"direct-to-LDS load of {size} bytes is not available on {m.arch}")
+
+    def run(g, data=None, mask=None):
+        ldsaddr = (g.S[:, M0].astype(I64)[:, None] + off + LANES * size) & 0xFFFFFFFF
+        tok = _lds_write_dma(m, g, mask, ldsaddr, data, size, err, inst)
+        _issue(m, g, "vm", frozenset(), iaddr, tok)
+
+    if inst.fam == "MUBUF":
+        return run   # the buffer path computes the data and calls run(g, data, mask)
+
+    def run_global(g):
+        a, mask = lanes_fn(g)
+        if not a.size:
+            _issue(m, g, "vm", frozenset(), iaddr)
+            return
+        data = m.mem.load(a, size, lambda msg: err(g, msg))
+        data = np.ascontiguousarray(data).view(U8).reshape(a.size, size)
+        run(g, data, mask)
+    return run_global
+
+
+# ---------------------------------------------------------------- MUBUF
+def compile_mubuf(o, inst, m):
+    f, name = inst.f, inst.name
+    mo = re.match(r"buffer_(load|store|atomic)_(\w+)$", name)
+    if not mo:
+        return None
+    kind, rest = mo.group(1), mo.group(2)
+    if kind == "atomic" or rest not in _SIZES or f["idxen"]:
+        return None
+    size, signed, d16 = _SIZES[rest]
+    err = m.err_factory(inst)
+    rs = o.sreg(f["srsrc"], 4)
+    soff = o.ssrc(f["soffset"], False)
+    off = f["offset"]
+    va = o.vrow(f["vaddr"]) if f["offen"] else None
+    acc = bool(f.get("acc"))
+    nd = max(1, size // 4)
+    iaddr = inst.addr
+
+    def lanes(g):
+        R = g.S[:, rs:rs + 4]
+        base = R[:, 0].astype(I64) | (R[:, 1].astype(I64) & 0xFFFF) << 32
+        stride = (R[:, 1] >> 16) & 0x3FFF
+        if (stride != 0).any():
+            raise err(g, "strided (structured) buffer resources are not simulated")
+        nrec = R[:, 2].astype(I64)
+        voff = (g.V[va].astype(I64) if va is not None else np.zeros((g.n, 64), I64)) + off
+        so = np.broadcast_to(np.asarray(soff(g)).astype(I64), (g.n,))
+        addr = base[:, None] + so[:, None] + voff
+        # range check per dword (raw buffer): the SGPR offset is not part of it
+        comp = np.arange(0, max(size, 4) if size >= 4 else size, 4) if size >= 4 else np.array([0])
+        inr = (voff[..., None] + comp + min(size, 4)) <= nrec[:, None, None]   # (n, 64, ncomp)
+        return addr, inr
+
+    def err_hint(g, msg):
+        return err(g, msg + " (the lane is inside the buffer resource's num_records; the SGPR offset "
+                            "soffset is not part of a raw buffer's range check)")
+
+    if f["lds"]:
+        store_fn = _compile_load_lds(o, inst, m, size, signed, None, err, None)
+
+        def run(g):
+            addr, inr = lanes(g)
+            mask = None if g.full else g.exec
+            a = addr.reshape(-1) if mask is None else addr[mask]
+            ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
+            data = np.zeros((a.size, size), U8)
+            allok = ok.all(1)
+            if allok.any():
+                data[allok] = np.ascontiguousarray(
+                    m.mem.load(a[allok], size, lambda msg: err_hint(g, msg))).view(U8).reshape(-1, size)
+            part = ~allok & ok.any(1)
+            for i in np.nonzero(part)[0]:
+                for c in range(ok.shape[1]):
+                    if ok[i, c]:
+                        data[i, 4 * c:4 * c + 4] = np.ascontiguousarray(m.mem.load(a[i:i + 1] + 4 * c, 4, lambda msg: err_hint(g, msg))).view(U8)[0]
+            store_fn(g, data, mask)
+        return run
+
+    if kind == "load":
+        d = o.vrow(f["vdata"], acc=acc, count=nd, write=True)
+        if d16:
+            o.vrow(f["vdata"], acc=acc)
+        keys = frozenset(o.wk)
+
+        def run(g):
+            addr, inr = lanes(g)
+            mask = None if g.full else g.exec
+            a = addr.reshape(-1) if mask is None else addr[mask]
+            ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
+            if size >= 4:
+                data = np.zeros((a.size, nd), U32)
+                allok = ok.all(1)
+                if allok.any():
+                    data[allok] = m.mem.load(a[allok], size, lambda msg: err_hint(g, msg)).reshape(-1, nd)
+                for i in np.nonzero(~allok & ok.any(1))[0]:
+                    for c in range(nd):
+                        if ok[i, c]:
+                            data[i, c] = m.mem.load(a[i:i + 1] + 4 * c, 4, lambda msg: err_hint(g, msg))[0, 0]
+            else:
+                v = np.zeros(a.size, U32)
+                okk = ok[:, 0]
+                if okk.any():
+                    v[okk] = _extend(m.mem.load(a[okk], size, lambda msg: err_hint(g, msg)), size, signed)
+                if d16:
+                    old = (g.V[d].reshape(-1) if mask is None else g.V[d][mask])
+                    v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if d16 == "lo" else (old & U32(0xFFFF)) | (v << U32(16))
+                data = v[:, None]
+            if a.size:
+                _scatter_rows(g, d, nd, data, mask)
+            _issue(m, g, "vm", keys, iaddr)
+        return run
+    s = o.vrow(f["vdata"], acc=acc, count=nd)
+
+    def run(g):
+        addr, inr = lanes(g)
+        mask = None if g.full else g.exec
+        a = addr.reshape(-1) if mask is None else addr[mask]
+        ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
+        data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(nd)], 1)
+        if size < 4:
+            v = data[:, 0] >> U32(16) if d16 == "hi" else data[:, 0]
+            data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
+            sel = ok[:, 0]
+            if sel.any():
+                m.mem.store(a[sel], data[sel], lambda msg: err_hint(g, msg))
+        else:
+            allok = ok.all(1)
+            if allok.any():
+                m.mem.store(a[allok], data[allok], lambda msg: err_hint(g, msg))
+            for i in np.nonzero(~allok & ok.any(1))[0]:
+                for c in range(nd):
+                    if ok[i, c]:
+                        m.mem.store(a[i:i + 1] + 4 * c, data[i:i + 1, c:c + 1], lambda msg: err_hint(g, msg))
+        _issue(m, g, "vm", frozenset(), iaddr)
+    return run
+
+
+# ---------------------------------------------------------------- LDS
+_DS_READ = {"ds_read_b32": (4, 1), "ds_read_b64": (8, 1), "ds_read_b96": (12, 1), "ds_read_b128": (16, 1),
+            "ds_read2_b32": (4, 2), "ds_read2_b64": (8, 2), "ds_read2st64_b32": (4, 2),
+            "ds_read2st64_b64": (8, 2), "ds_read_u8": (1, 1), "ds_read_i8": (1, 1), "ds_read_u16": (2, 1),
+            "ds_read_i16": (2, 1), "ds_read_u8_d16": (1, 1), "ds_read_u8_d16_hi": (1, 1),
+            "ds_read_i8_d16": (1, 1), "ds_read_i8_d16_hi": (1, 1), "ds_read_u16_d16": (2, 1),
+            "ds_read_u16_d16_hi": (2, 1), "ds_read_b64_tr_b16": (8, 1)}
+_DS_WRITE = {"ds_write_b32": (4, 1), "ds_write_b64": (8, 1), "ds_write_b96": (12, 1), "ds_write_b128": (16, 1),
+             "ds_write2_b32": (4, 2), "ds_write2_b64": (8, 2), "ds_write2st64_b32": (4, 2),
+             "ds_write2st64_b64": (8, 2), "ds_write_b8": (1, 1), "ds_write_b16": (2, 1),
+             "ds_write_b8_d16_hi": (1, 1), "ds_write_b16_d16_hi": (2, 1)}
+
+# ds_read_b64_tr_b16: lane l, element n <- source lane (l & ~15) + ((l >> 2) & 3) + 4n, element l & 3
+_TR16_LANE = np.array([[(l & ~15) + ((l >> 2) & 3) + 4 * n for n in range(4)] for l in range(64)])
+_TR16_ELEM = np.array([[l & 3] * 4 for l in range(64)])
+
+
+def compile_ds(o, inst, m):
+    f, name = inst.f, inst.name
+    if f["gds"]:
+        return None
+    err = m.err_factory(inst)
+    iaddr = inst.addr
+    acc = bool(f.get("acc"))
+    if name == "ds_nop":
+        return lambda g: None
+    if name in ("ds_bpermute_b32", "ds_permute_b32"):
+        ad = o.vrow(f["addr"])
+        s = o.vrow(f["data0"])
+        d = o.vrow(f["vdst"], write=True)
+        off = f["offset"]
+        keys = frozenset(o.wk)
+        bperm = name == "ds_bpermute_b32"
+
+        def run(g):
+            idx = ((g.V[ad].astype(I64) + off) >> 2) & 63
+            src = g.V[s]
+            rows = np.arange(g.n)[:, None]
+            if bperm:
+                # read from lane idx; inactive source lanes give 0
+                val = np.where(g.exec[rows, idx], src[rows, idx], U32(0))
+                np.copyto(g.V[d], val, where=g.exec)
+            else:
+                out = np.zeros_like(src)
+                for w in range(g.n):
+                    act = np.nonzero(g.exec[w])[0]
+                    out[w, idx[w, act]] = src[w, act]
+                np.copyto(g.V[d], out, where=g.exec)
+            _issue(m, g, "lgkm", keys, iaddr)
+        return run
+    if name == "ds_swizzle_b32":
+        ad = o.vrow(f["addr"])
+        s = o.vrow(f["data0"])
+        d = o.vrow(f["vdst"], write=True)
+        off = f["offset"]
+        keys = frozenset(o.wk)
+        lane = np.arange(64)
+        if off & 0x8000:  # quad permute mode
+            sel = [(off >> (2 * k)) & 3 for k in range(4)]
+            srcl = (lane & ~3) + np.array(sel)[lane & 3]
+        else:  # bit mode within 32 lanes
+            and_m, or_m, xor_m = off & 0x1F, (off >> 5) & 0x1F, (off >> 10) & 0x1F
+            srcl = (lane & 32) | ((((lane & 31) & and_m) | or_m) ^ xor_m)
+
+        def run(g):
+            val = g.V[s][:, srcl]
+            np.copyto(g.V[d], np.where(g.exec[:, srcl], val, U32(0)), where=g.exec)
+            _issue(m, g, "lgkm", keys, iaddr)
+        return run
+    ad = o.vrow(f["addr"])
+    if name in _DS_READ:
+        size, cnt = _DS_READ[name]
+        st = 64 if "st64" in name else 1
+        offs = [f["offset0"] * size * st, f["offset1"] * size * st] if cnt == 2 else [f["offset"]]
+        nd = max(1, size // 4) * cnt
+        d = o.vrow(f["vdst"], acc=acc, count=nd, write=True)
+        d16 = "d16" in name
+        if d16:
+            o.vrow(f["vdst"], acc=acc)
+        signed = "_i8" in name or "_i16" in name
+        tr = name.startswith("ds_read_b64_tr")
+        if tr and m.arch != "gfx950":
+            return None
+        keys = frozenset(o.wk)
+
+        def run(g):
+            mask = None if g.full else g.exec
+            base = g.V[ad].astype(I64)
+            parts = []
+            for oo in offs:
+                a = (base + oo) & 0xFFFFFFFF
+                parts.append(m.lds_read(g, mask, a, size, err, inst))
+            if tr:
+                # (k, 8) bytes per active lane -> gather over full wave then transpose
+                full = np.zeros((g.n, 64, 4), U16)
+                if mask is None:
+                    full[:] = parts[0].view(U16).reshape(g.n, 64, 4)
+                else:
+                    full[mask] = parts[0].view(U16).reshape(-1, 4)
+                rows = np.arange(g.n)[:, None, None]
+                out = full[rows, _TR16_LANE[None], _TR16_ELEM[None]]    # (n, 64, 4)
+                dw = np.ascontiguousarray(out).view(U32)                  # (n, 64, 2)
+                for i in range(2):
+                    if mask is None:
+                        g.V[d + i] = dw[:, :, i]
+                    else:
+                        g.V[d + i][mask] = dw[:, :, i][mask]
+            elif size >= 4:
+                data = np.concatenate([p.view(U32).reshape(p.shape[0], -1) for p in parts], 1)
+                _scatter_rows(g, d, nd, data, mask)
+            else:
+                v = _extend(parts[0], size, signed)
+                if d16:
+                    old = g.V[d].reshape(-1) if mask is None else g.V[d][mask]
+                    v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if not name.endswith("_hi") else (old & U32(0xFFFF)) | (v << U32(16))
+                _scatter_rows(g, d, 1, v[:, None], mask)
+            _issue(m, g, "lgkm", keys, iaddr)
+        return run
+    if name in _DS_WRITE:
+        size, cnt = _DS_WRITE[name]
+        st = 64 if "st64" in name else 1
+        offs = [f["offset0"] * size * st, f["offset1"] * size * st] if cnt == 2 else [f["offset"]]
+        ndw = max(1, size // 4)
+        srcs = [o.vrow(f["data0"], acc=acc, count=ndw)]
+        if cnt == 2:
+            srcs.append(o.vrow(f["data1"], acc=acc, count=ndw))
+        hi = name.endswith("_d16_hi")
+
+        def run(g):
+            mask = None if g.full else g.exec
+            base = g.V[ad].astype(I64)
+            for oo, s in zip(offs, srcs):
+                rows = [(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(ndw)]
+                data = np.stack(rows, 1)
+                if size < 4:
+                    v = data[:, 0] >> U32(16) if hi else data[:, 0]
+                    data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
+                else:
+                    data = np.ascontiguousarray(data).view(U8).reshape(-1, size)
+                m.lds_write(g, mask, (base + oo) & 0xFFFFFFFF, size, data, err, inst)
+            _issue(m, g, "lgkm", frozenset(), iaddr)
+        return run
+    mo = re.match(r"ds_(add|sub|min|max|and|or|xor)(_rtn)?_(u32|i32|f32)$", name)
+    if mo:
+        opn, rtn, typ = mo.groups()
+        s = o.vrow(f["data0"])
+        d = o.vrow(f["vdst"], write=True) if rtn else None
+        keys = frozenset(o.wk)
+        off = f["offset"]
+
+        def run(g):
+            mask = None if g.full else g.exec
+            a = (g.V[ad].astype(I64) + off) & 0xFFFFFFFF
+            val = g.V[s].reshape(-1) if mask is None else g.V[s][mask]
+            olds = m.lds_atomic(g, mask, a, val, opn, typ, err, inst)
+            if rtn:
+                _scatter_rows(g, d, 1, olds[:, None], mask)
+            _issue(m, g, "lgkm", keys, iaddr)
+        return run
+    return None

@@ -1,0 +1,55 @@
+#pragma once
+// hk/cdna/base.hpp: scalar and vector types, lane/wave ids and conversions shared by gfx942/gfx950.
+// Only clang builtins: the same source builds with `clang -nogpuinc`, hipcc and hiprtc.
+
+namespace hk {
+
+using bf16 = __bf16;
+using half = _Float16;
+
+// ext_vector_type vectors: vec<bf16, 8> is the 16-byte MFMA operand of a 16x16x32 instruction.
+template <typename T, int N>
+using vec = T __attribute__((ext_vector_type(N)));
+
+#define HK_LDS __attribute__((address_space(3)))
+
+inline constexpr int WAVE = 64;
+
+HK_INLINE int thread_id() { return (int)__builtin_amdgcn_workitem_id_x(); }
+HK_INLINE int lane_id() { return (int)(__builtin_amdgcn_workitem_id_x() & 63u); }
+// The wave index is uniform: readfirstlane lets the compiler keep it (and what derives from it,
+// such as M0 bases of direct-to-LDS loads) in SGPRs.
+HK_INLINE int wave_id() { return __builtin_amdgcn_readfirstlane((int)(__builtin_amdgcn_workitem_id_x() >> 6)); }
+HK_INLINE int block_id_x() { return (int)__builtin_amdgcn_workgroup_id_x(); }
+HK_INLINE int block_id_y() { return (int)__builtin_amdgcn_workgroup_id_y(); }
+HK_INLINE int block_id_z() { return (int)__builtin_amdgcn_workgroup_id_z(); }
+
+template <typename T> HK_INLINE constexpr T min(T a, T b) { return a < b ? a : b; }
+template <typename T> HK_INLINE constexpr T max(T a, T b) { return a > b ? a : b; }
+HK_INLINE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// ---- conversions --------------------------------------------------------------------------
+// float -> bf16 rounds to nearest even (clang's __bf16 conversion: v_cvt_pk_bf16_f32 on gfx950,
+// an integer RNE sequence with NaN quieting on gfx942). float -> half is v_cvt_f16_f32 (RNE).
+template <typename T> HK_INLINE T from_float(float x) { return (T)x; }
+template <> HK_INLINE float from_float<float>(float x) { return x; }
+HK_INLINE float to_float(float x) { return x; }
+HK_INLINE float to_float(bf16 x) { return (float)x; }
+HK_INLINE float to_float(half x) { return (float)x; }
+
+template <typename T> struct is_float_t { static constexpr bool value = false; };
+template <> struct is_float_t<float> { static constexpr bool value = true; };
+template <bool B> struct bool_c { static constexpr bool value = B; };
+template <bool C, typename A, typename B> struct cond { using type = A; };
+template <typename A, typename B> struct cond<false, A, B> { using type = B; };
+template <typename A, typename B> struct same_t { static constexpr bool value = false; };
+template <typename A> struct same_t<A, A> { static constexpr bool value = true; };
+
+// ---- cross-lane ---------------------------------------------------------------------------
+// ds_bpermute: lane l receives `v` of lane `src`. Used by reductions across the lanes of a row.
+HK_INLINE float shfl(float v, int src) {
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src << 2, __builtin_bit_cast(int, v)));
+}
+HK_INLINE float shfl_xor(float v, int mask) { return shfl(v, lane_id() ^ mask); }
+
+}  // namespace hk

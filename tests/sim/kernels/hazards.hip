@@ -1,0 +1,33 @@
+// Kernels with planted bugs (and their correct twins) for the simulator's hazard checks.
+#include "hk/common/platform.hpp"
+
+// A load whose result is used without the s_waitcnt that covers it (inline asm: the compiler
+// inserts no wait for it). WAIT=1 is the correct version.
+extern "C" __global__ void missing_waitcnt(const int* x, int* o) {
+  int tid = __builtin_amdgcn_workitem_id_x();
+  int v;
+#if WAIT
+  asm volatile("global_load_dword %0, %1, off\n\ts_waitcnt vmcnt(0)\n\tv_add_u32 %0, %0, 1" : "=&v"(v) : "v"(x + tid) : "memory");
+#else
+  asm volatile("global_load_dword %0, %1, off\n\tv_add_u32 %0, %0, 1" : "=&v"(v) : "v"(x + tid) : "memory");
+#endif
+  o[tid] = v;
+}
+
+// Wave 0 writes LDS that wave 1 reads (and vice versa): needs a barrier in between.
+extern "C" __global__ void missing_barrier(const int* x, int* o) {
+  __shared__ int s[128];
+  int tid = __builtin_amdgcn_workitem_id_x();
+  s[tid] = x[tid] * 2;
+#if BARRIER
+  __builtin_amdgcn_s_barrier();
+#endif
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "workgroup");
+  o[tid] = s[127 - tid];
+}
+
+// An off-by-one bound: the last thread stores one element past the end of the output.
+extern "C" __global__ void oob_store(const float* x, float* o, int n) {
+  int i = __builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();
+  if (i <= n) o[i] = x[i < n ? i : 0] + 1.0f;
+}

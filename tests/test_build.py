@@ -1,0 +1,64 @@
+"""hkjit.build end to end with the real compilers: gemm for gfx942 and gfx950 (clang-22) and
+sm_90a (NVRTC), the cache's miss → hit, and key sensitivity."""
+import pytest
+
+import hkjit
+from hkjit import codeobj, compiler, jit
+
+from conftest import needs_clang, needs_nvrtc
+
+SMALL = dict(m=512, n=512, k=512, dtype="bfloat16")
+
+
+def _target_param():
+    return [pytest.param("gfx942", marks=needs_clang), pytest.param("gfx950", marks=needs_clang),
+            pytest.param("sm_90a", marks=needs_nvrtc)]
+
+
+@pytest.mark.parametrize("target", _target_param())
+def test_build_gives_a_loadable_object_with_no_spills(target, cache_dir):
+    built = hkjit.build("gemm", target=target, **SMALL)
+    assert built.code[:4] == b"\x7fELF" and "hkjit_gemm" in codeobj.symbols(built.code)
+    assert built.compiled and len(built.key) == 64 and built.meta["spills"] == 0
+    if target.startswith("gfx"):
+        assert codeobj.amd_metadata(built.code)["amdhsa.target"].endswith(target)
+        for field in ("vgprs", "agprs", "sgprs", "lds_bytes"):
+            assert field in built.meta
+    else:
+        assert built.meta["registers"] > 0 and "smem_bytes" in built.meta
+
+
+@needs_clang
+def test_second_build_is_a_cache_hit_with_no_compile(cache_dir, monkeypatch):
+    first = hkjit.build("gemm", target="gfx950", **SMALL)
+    assert first.compiled
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled on a cache hit")
+    monkeypatch.setattr(compiler.ClangCompiler, "compile", no_compile)
+    again = hkjit.build("gemm", target="gfx950", **SMALL)
+    assert not again.compiled and again.key == first.key and again.code == first.code
+    # A new process has an empty memory table: the entry must come from disk, still without compiling.
+    from hkjit import cache
+    monkeypatch.setattr(cache, "_default", None)
+    jit._keys.clear()
+    from_disk = hkjit.build("gemm", target="gfx950", **SMALL)
+    assert not from_disk.compiled and from_disk.code == first.code
+
+
+@needs_clang
+def test_key_changes_with_target_tiles_and_dtype(cache_dir):
+    base = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **SMALL)[0])[0]
+    other_target = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx942", **SMALL)[0])[0]
+    other_dtype = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **{**SMALL, "dtype": "float16"})[0])[0]
+    assert len({base, other_target, other_dtype}) == 3
+
+
+@needs_clang
+def test_runtime_extents_do_not_change_the_kernel(cache_dir):
+    """M, N, K are kernel arguments: two sizes in one shape class share one compiled kernel."""
+    a = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096)[0])[0]
+    b = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4160)[0])[0]
+    c = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096,
+                                                       specialize_shapes=True)[0])[0]
+    assert a == b and c != a
