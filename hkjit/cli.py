@@ -67,6 +67,13 @@ def cmd_inspect(args):
     return 0
 
 
+def cmd_bench(args):
+    from .bench import suite
+    suite.run(tuple(args.ops) or suite.OPS, quick=args.quick, json_path=args.json, plot_dir=args.plot,
+              markdown_path=args.markdown)
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="hkjit", description="hkjit: JIT tile kernels for gfx942, gfx950 and sm_90a")
     p.add_argument("--version", action="version", version=f"hkjit {__version__}")
@@ -81,6 +88,13 @@ def build_parser():
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("param", nargs="*", help="more parameters as NAME=VALUE (e.g. block_m=128 a_layout=col)")
     ins.set_defaults(func=cmd_inspect)
+    bench = sub.add_parser("bench", help="hkjit against its peers in one process; JIT figures; static AMD report")
+    bench.add_argument("ops", nargs="*", help="ops to benchmark (default: all)")
+    bench.add_argument("--quick", action="store_true", help="fewer shapes")
+    bench.add_argument("--json", help="write all results as JSON")
+    bench.add_argument("--plot", help="write PNG plots into this folder")
+    bench.add_argument("--markdown", help="write the report (e.g. docs/benchmarks.md)")
+    bench.set_defaults(func=cmd_bench)
     try:
         from . import cli_deploy
         cli_deploy.add_parsers(sub)

@@ -38,32 +38,77 @@ def _objdump():
     return None
 
 
-def amd_disassembly(code: bytes, arch: str) -> list[str] | None:
+_INST = re.compile(r"^\s+([a-z_0-9]+)(.*?)\s*//\s*([0-9A-Fa-f]+):")
+_BRANCH_TARGET = re.compile(r"<(\S+)\+0x([0-9a-f]+)>")
+
+
+def amd_disassembly(code: bytes, arch: str) -> list[tuple] | None:
+    """(address, mnemonic, operands, branch target or None) per instruction, via llvm-objdump;
+    None where no llvm-objdump is installed."""
     tool = _objdump()
     if tool is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.hsaco"
         path.write_bytes(code)
-        out = subprocess.run([tool, "-d", f"--mcpu={arch}", str(path)], capture_output=True, text=True)
-    return [line.strip().split("//")[0].strip() for line in out.stdout.splitlines()
-            if line.startswith("\t") or line.startswith("  ")]
-
-
-def amd_instruction_mix(lines: list[str]) -> dict:
-    mix = collections.Counter()
-    for line in lines:
-        mnemonic_line = line.strip()
-        if not mnemonic_line:
+        out = subprocess.run([tool, "-d", f"--mcpu={arch}", str(path)], capture_output=True, text=True).stdout
+    symbols = {m.group(2): int(m.group(1), 16) for m in re.finditer(r"^([0-9a-f]+) <(\S+)>:", out, re.M)}
+    insts = []
+    for line in out.splitlines():
+        m = _INST.match(line)
+        if not m:
             continue
+        target = None
+        t = _BRANCH_TARGET.search(line)
+        if t and m.group(1).startswith("s_") and "branch" in m.group(1):
+            target = symbols.get(t.group(1), 0) + int(t.group(2), 16)
+        insts.append((int(m.group(3), 16), m.group(1), m.group(2).strip(), target))
+    return insts
+
+
+def main_loop(insts):
+    """(start, end) of the backward branch whose body holds the most MFMAs (the K loop)."""
+    best, span = 0, None
+    for addr, _op, _, target in insts:
+        if target is not None and target <= addr:
+            n = sum(1 for a, o, _, _ in insts if target <= a <= addr and o.startswith("v_mfma"))
+            if n > best:
+                best, span = n, (target, addr)
+    return span
+
+
+def amd_instruction_mix(insts) -> dict:
+    mix = collections.Counter()
+    for _addr, op, operands, _ in insts:
+        line = f"{op} {operands}"
         for name, pattern in _AMD_CLASSES:
-            if pattern.search(mnemonic_line):
+            if pattern.search(line):
                 mix[name] += 1
                 break
         else:
             mix["other"] += 1
-    mfma = collections.Counter(l.split()[0] for l in lines if l.startswith("v_mfma"))
-    return {"classes": dict(mix), "mfma_kinds": dict(mfma), "instructions": len(lines)}
+    span = main_loop(insts)
+    body = [i for i in insts if span and span[0] <= i[0] <= span[1]]
+    loop = collections.Counter()
+    for _addr, op, operands, _ in body:
+        for name, pattern in _AMD_CLASSES:
+            if pattern.search(f"{op} {operands}"):
+                loop[name] += 1
+                break
+    return {"classes": dict(mix), "main_loop": dict(loop), "instructions": len(insts),
+            "mfma_kinds": dict(collections.Counter(op for _, op, _, _ in insts if op.startswith("v_mfma")))}
+
+
+def amd_occupancy(target, vgprs, agprs, lds_bytes, waves_per_block) -> dict:
+    """Waves per SIMD and blocks per CU from registers (512 unified per lane, AGPRs 4-aligned after
+    the VGPRs, granule 8) and LDS per CU (the target's LDS size)."""
+    regs = ((vgprs + 3) // 4 * 4 if agprs else vgprs) + agprs
+    regs = max(8, (regs + 7) // 8 * 8)
+    waves_regs = min(8, 512 // regs)
+    blocks = max(0, waves_regs * 4 // max(1, waves_per_block))
+    if lds_bytes:
+        blocks = min(blocks, target.smem_per_block // lds_bytes)
+    return {"waves_per_simd": blocks * waves_per_block / 4, "blocks_per_cu": blocks}
 
 
 def nvidia_instruction_mix(code: bytes) -> dict | None:
@@ -94,13 +139,21 @@ def inspect(op: str, arch: str, **params) -> dict | list:
         params.setdefault("n", 8192)
         params.setdefault("k", 8192)
     built = api.build(op, target=target.id, **params)
-    report = {"op": op, "target": target.id, "key": built.key, "params": built.meta.get("params", {}),
-              "code_bytes": len(built.code)}
+    cfg = built.meta.get("params", {})
+    report = {"op": op, "target": target.id, "key": built.key, "params": cfg, "code_bytes": len(built.code)}
     report.update({k: v for k, v in built.meta.items() if k not in ("params", "op", "target")})
     if target.is_amd:
-        lines = amd_disassembly(built.code, target.arch)
-        if lines is not None:
-            report["instruction_mix"] = amd_instruction_mix(lines)
+        waves = cfg.get("waves", 1)
+        report.update(amd_occupancy(target, report["vgprs"], report["agprs"], report["lds_bytes"], waves))
+        insts = amd_disassembly(built.code, target.arch)
+        if insts is not None:
+            mix = amd_instruction_mix(insts)
+            report["instruction_mix"] = mix
+            if op == "gemm" and "mfma_m" in cfg:
+                per_wave = mix["main_loop"].get("mfma", 0)
+                expected = cfg["block_m"] * cfg["block_n"] * cfg["block_k"] // (cfg["mfma_m"] ** 2 * cfg["mfma_k"])
+                report["mfma_per_k_step"] = {"per_wave": per_wave, "per_block": per_wave * waves,
+                                             "tile_arithmetic": expected}
     else:
         mix = nvidia_instruction_mix(built.code)
         if mix is not None:
@@ -116,7 +169,13 @@ def format_report(report) -> str:
     if targets.parse(report["target"]).is_amd:
         lines.append(f"  VGPR {report.get('vgprs')}  AGPR {report.get('agprs')}  SGPR {report.get('sgprs')}  "
                      f"LDS {report.get('lds_bytes')} B  spills {report.get('spills')}  "
-                     f"scratch {report.get('scratch_bytes')} B  occupancy {report.get('waves_per_simd')} waves/SIMD")
+                     f"scratch {report.get('scratch_bytes')} B  occupancy {report.get('waves_per_simd')} waves/SIMD "
+                     f"({report.get('blocks_per_cu')} blocks/CU)")
+        k = report.get("mfma_per_k_step")
+        if k:
+            ok = "matches" if k["per_block"] == k["tile_arithmetic"] else "DIFFERS from"
+            lines.append(f"  MFMA per K-step: {k['per_wave']} per wave, {k['per_block']} per block ({ok} the "
+                         f"tile arithmetic, {k['tile_arithmetic']})")
     else:
         lines.append(f"  registers {report.get('registers')}  static smem {report.get('smem_bytes')} B  "
                      f"spills {report.get('spills')} B  stack {report.get('stack_bytes')} B")
@@ -124,6 +183,8 @@ def format_report(report) -> str:
     mix = report.get("instruction_mix")
     if mix:
         lines.append("  instructions: " + ", ".join(f"{k} {v}" for k, v in mix["classes"].items() if v))
+        if mix.get("main_loop"):
+            lines.append("  main loop:    " + ", ".join(f"{k} {v}" for k, v in mix["main_loop"].items() if v))
         if mix.get("mfma_kinds"):
             lines.append("  mfma: " + ", ".join(f"{k} ×{v}" for k, v in mix["mfma_kinds"].items()))
     return "\n".join(lines)

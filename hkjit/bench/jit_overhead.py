@@ -130,31 +130,38 @@ def warm_start(runs=5):
     return statistics.median(imports), statistics.median(firsts)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+def hot_path_rows(log=print) -> dict:
+    """Host µs per call of each path, in this process; a missing peer is reported, not fatal."""
     import torch
-    rows = []
+    rows = {}
     for name, make in (("raw cuLaunchKernel (pre-packed)", raw_launch), ("CuPy RawKernel", cupy_raw),
                        ("Triton JIT kernel", triton_kernel), ("torch.mm 16x16x16", torch_mm),
                        ("hkjit.gemm 16x16x16, out=", lambda: hkjit_gemm(True)),
                        ("hkjit.gemm 16x16x16", lambda: hkjit_gemm(False))):
         try:
-            rows.append((name, _per_call_us(make())))
-        except Exception as e:  # a missing peer is reported, not fatal
-            rows.append((name, f"unavailable: {type(e).__name__}: {e}"))
-    raw = rows[0][1]
-    print(f"\nHost µs per call ({torch.cuda.get_device_name()}):")
-    for name, us in rows:
-        ratio = f"{us / raw:5.2f}× raw" if isinstance(us, float) and isinstance(raw, float) else ""
-        print(f"  {name:34s} {us if isinstance(us, str) else f'{us:6.2f} µs'}  {ratio}")
+            rows[name] = _per_call_us(make())
+        except Exception as e:
+            rows[name] = f"unavailable: {type(e).__name__}: {e}"[:120]
+    raw = rows["raw cuLaunchKernel (pre-packed)"]
+    log(f"Host µs per call ({torch.cuda.get_device_name()}):")
+    for name, us in rows.items():
+        ratio = f"{us / raw:5.2f}x raw" if isinstance(us, float) and isinstance(raw, float) else ""
+        log(f"  {name:34s} {us if isinstance(us, str) else f'{us:6.2f} us'}  {ratio}")
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    import torch
+    rows = hot_path_rows()
     imp, first = warm_start()
     print(f"\nWarm start (fresh process, populated cache): import hkjit {imp:.1f} ms, "
           f"first gemm result {first:.1f} ms (hkjit time, import excluded)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"per_call_us": dict(rows), "warm_import_ms": imp, "warm_first_result_ms": first,
+            json.dump({"per_call_us": rows, "warm_import_ms": imp, "warm_first_result_ms": first,
                        "device": torch.cuda.get_device_name()}, f, indent=2)
 
 

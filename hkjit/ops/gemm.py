@@ -6,6 +6,8 @@ dimensions, pointers, alpha, beta; so a new batch size or sequence length reuses
 Tile sizes follow the arch module's table for the shape class and can be overridden by keyword.
 """
 
+import sys
+
 from .. import interop, jit, runtime, spec as spec_mod, targets
 from ..dtypes import DTYPES, dtype as to_dtype
 from ..errors import DTypeError, DeviceError, InvalidArgumentError, UnsupportedArrayError
@@ -128,20 +130,31 @@ def _strides(layout_a, lda, layout_b, ldb):
 
 
 class _Launcher:
-    """Everything a repeat call with the same signature needs: no option parsing, no key hashing."""
-    __slots__ = ("kernel", "cfg", "grid", "block", "smem", "device", "make_args")
+    """Everything a repeat call with the same signature needs: no option parsing, no key hashing.
+    Packed argument blocks are kept per (pointers, leading dims, scalars): a training loop reuses
+    the same buffers, and re-encoding TMA descriptors costs microseconds."""
+    __slots__ = ("kernel", "cfg", "grid", "block", "smem", "device", "make_args", "packed")
+    MAX_PACKED = 64
 
     def __init__(self, kernel, cfg, mod, grid, device):
         self.kernel, self.cfg, self.grid, self.device = kernel, cfg, grid, device
         self.block = (mod.threads(cfg), 1, 1)
         self.smem = mod.dynamic_smem(cfg)
         self.make_args = _args_hopper if device.target.is_nvidia else _args_cdna
+        self.packed = {}
 
     def run(self, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in, alpha, beta,
             stream):
-        args = self.make_args(self.cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr,
-                              cin_ptr, ldc_in, alpha, beta)
-        self.kernel.launch(self.grid, self.block, self.smem, args, stream)
+        key = (a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, bias_ptr, cin_ptr, ldc_in, alpha, beta)
+        packed = self.packed.get(key)
+        if packed is None:
+            args = self.make_args(self.cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr,
+                                  cin_ptr, ldc_in, alpha, beta)
+            packed = self.kernel.pack(args)
+            if len(self.packed) >= self.MAX_PACKED:
+                self.packed.clear()
+            self.packed[key] = packed
+        self.kernel.launch_packed(self.grid, self.block, self.smem, packed, stream)
 
 
 def _args_hopper(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in,
@@ -188,6 +201,11 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
     device: for host (NumPy) inputs, 'cuda:N', 'rocm:N' or 'sim:gfx950'; GPU arrays decide it.
     Tile overrides: block_m, block_n, block_k, warps/waves, stages, group_m, ...
     """
+    if type(a) is _fast_type and type(b) is _fast_type and bias is None and c is None and device is None \
+            and compiler is None and not tile_overrides:
+        done = _gemm_fast(a, b, out, out_dtype, alpha, beta)
+        if done is not None:
+            return done
     A, B = interop.describe(a), interop.describe(b)
     if A.ndim != 2 or B.ndim != 2:
         raise InvalidArgumentError(f"gemm: a and b must be 2-D, got shapes {A.shape} and {B.shape}")
@@ -236,7 +254,51 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
                  C.ptr if C else 0, C.strides[0] if C else 0, alpha, beta, stream)
     if A.framework == "jax":
         dev.synchronize(stream)  # JAX does not know about this stream: finish before it reads `out`
+    elif A.framework == "torch" and Bias is None and C is None and device is None and compiler is None \
+            and not tile_overrides:
+        _remember_fast(a, b, out if O is None else O.obj, out is None, out_dtype, launcher, a_strides, b_strides,
+                       M, N, K, dev)
     return out
+
+
+# --- the repeat-call path for torch tensors --------------------------------------------------------
+# A call whose tensors have the dtypes, shapes, strides, 16-byte alignment classes and device of an
+# earlier successful call skips every check above: they were all decided by those properties.
+_fast_type = None
+_fast: dict = {}
+
+
+def _fast_key(a, b, out, out_dtype):
+    ap, bp = a.data_ptr(), b.data_ptr()
+    o = (out_dtype,) if out is None else (out.dtype, out.shape, out.stride(), out.get_device(), out.data_ptr() & 15)
+    return (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), ap & 15, bp & 15, a.get_device(),
+            b.get_device(), o), ap, bp
+
+
+def _gemm_fast(a, b, out, out_dtype, alpha, beta):
+    key, ap, bp = _fast_key(a, b, out, out_dtype)
+    hit = _fast.get(key)
+    if hit is None:
+        return None
+    launcher, a_strides, b_strides, M, N, K, alloc, stream_of, index = hit
+    if out is None:
+        out = alloc()
+    launcher.run(ap, a_strides, bp, b_strides, out.data_ptr(), N, M, N, K, 0, 0, 0, alpha, beta, stream_of(index))
+    return out
+
+
+def _remember_fast(a, b, out, allocated, out_dtype, launcher, a_strides, b_strides, M, N, K, dev):
+    global _fast_type
+    if dev.kind not in ("cuda", "rocm") or out.stride() != (N, 1):
+        return
+    torch = sys.modules["torch"]
+    _fast_type = type(a)
+    key = _fast_key(a, b, None if allocated else out, out_dtype if allocated else None)[0]
+    dtype, device = out.dtype, out.device
+    alloc = lambda: torch.empty((M, N), dtype=dtype, device=device)  # noqa: E731
+    if len(_fast) > 4096:
+        _fast.clear()
+    _fast[key] = (launcher, a_strides, b_strides, M, N, K, alloc, torch._C._cuda_getCurrentRawStream, dev.index)
 
 
 def _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides):

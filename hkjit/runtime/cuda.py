@@ -11,6 +11,7 @@ from ..errors import DeviceError, LaunchError
 from .. import targets
 
 _cu = None
+_SUCCESS = None
 _tls = threading.local()
 
 
@@ -29,6 +30,8 @@ def _driver():
         if err != driver.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"cuInit failed ({err.name}): no usable NVIDIA driver or GPU")
         _cu = driver
+        global _SUCCESS
+        _SUCCESS = driver.CUresult.CUDA_SUCCESS
     return _cu
 
 
@@ -49,19 +52,28 @@ def device_count() -> int:
 
 
 class Kernel:
-    __slots__ = ("device", "name", "function", "module", "_fn")
+    __slots__ = ("device", "name", "function", "module")
 
     def __init__(self, device, module, function, name):
         self.device, self.module, self.function, self.name = device, module, function, name
 
-    def launch(self, grid, block, smem, args, stream=0):
-        """args: a ctypes.Structure mirroring the kernel's single `args` parameter."""
-        self.device.make_current()
+    @staticmethod
+    def pack(args):
+        """A reusable launch block for `args` (a ctypes.Structure mirroring the kernel's single
+        `args` parameter): the struct, the void*[1] pointing at it, and that array's address."""
         params = (ctypes.c_void_p * 1)(ctypes.addressof(args))
+        return (args, params, ctypes.addressof(params))
+
+    def launch_packed(self, grid, block, smem, packed, stream=0):
+        if _tls.__dict__.get("context") is not self.device.context:
+            self.device.make_current()
         err, = _cu.cuLaunchKernel(self.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                  smem, stream, ctypes.addressof(params), 0)
-        if err != _cu.CUresult.CUDA_SUCCESS:
+                                  smem, stream, packed[2], 0)
+        if err != _SUCCESS:
             _check((err,), f"launch of {self.name} (grid {grid}, block {block}, {smem} B shared)", LaunchError)
+
+    def launch(self, grid, block, smem, args, stream=0):
+        self.launch_packed(grid, block, smem, self.pack(args), stream)
 
 
 class CudaDevice:

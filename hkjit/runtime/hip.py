@@ -55,16 +55,22 @@ class Kernel:
     def __init__(self, device, module, function, name):
         self.device, self.module, self.function, self.name = device, module, function, name
 
-    def launch(self, grid, block, smem, args, stream=0):
-        """args: a ctypes.Structure with the kernel's argument bytes, passed pre-packed through
-        `extra` (HIP_LAUNCH_PARAM_BUFFER_POINTER), so nothing is rebuilt per call."""
-        self.device.make_current()
+    @staticmethod
+    def pack(args):
+        """The kernel's argument bytes (a ctypes.Structure) behind a HIP `extra` block
+        (HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END), built once and reused per call."""
         size = ctypes.c_size_t(ctypes.sizeof(args))
         extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(args),
                                       _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
-        _check(_hip.hipModuleLaunchKernel(self.function, *grid, *block, smem, stream, None,
-                                          ctypes.addressof(extra)),
+        return (args, size, extra, ctypes.addressof(extra))
+
+    def launch_packed(self, grid, block, smem, packed, stream=0):
+        self.device.make_current()
+        _check(_hip.hipModuleLaunchKernel(self.function, *grid, *block, smem, stream, None, packed[3]),
                f"launch of {self.name} (grid {grid}, block {block})", LaunchError)
+
+    def launch(self, grid, block, smem, args, stream=0):
+        self.launch_packed(grid, block, smem, self.pack(args), stream)
 
 
 class HipDevice:

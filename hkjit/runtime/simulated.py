@@ -15,8 +15,15 @@ class _SimKernelAdapter:
     def __init__(self, kernel, name):
         self.kernel, self.name = kernel, name
 
+    @staticmethod
+    def pack(args):
+        return bytes(args)
+
+    def launch_packed(self, grid, block, smem, packed, stream=0):
+        self.kernel.launch(tuple(grid), tuple(block), smem, packed, stream)
+
     def launch(self, grid, block, smem, args, stream=0):
-        self.kernel.launch(tuple(grid), tuple(block), smem, bytes(args), stream)
+        self.launch_packed(grid, block, smem, self.pack(args), stream)
 
 
 def _host_view(host_ptr: int, nbytes: int) -> np.ndarray:
