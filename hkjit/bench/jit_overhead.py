@@ -58,6 +58,7 @@ def raw_launch():
 
     def call():
         cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)
+    call.keep_alive = (x, vals, params, mod)  # the launch reads these through raw addresses
     return call
 
 

@@ -65,14 +65,14 @@ class GemmOp:
 
     def specialize(self, target, *, m, n, k, dtype="bfloat16", out_dtype=None, a_layout="row",
                    b_layout="row", bias=False, c=False, num_sms=None, specialize_shapes=False, a_align=16,
-                   b_align=16, **overrides):
+                   b_align=16, c_align=16, **overrides):
         target = targets.parse(target)
         in_dtype = _check_dtype("A/B", dtype, IN_DTYPES)
         out_dtype = _check_dtype("out", out_dtype or in_dtype, OUT_DTYPES)
         for dim, v in (("m", m), ("n", n), ("k", k)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidArgumentError(f"gemm: {dim}={v!r}; sizes must be ints >= 1")
-        for aname, av in (("a_align", a_align), ("b_align", b_align)):
+        for aname, av in (("a_align", a_align), ("b_align", b_align), ("c_align", c_align)):
             if av not in (2, 4, 8, 16):
                 raise InvalidArgumentError(f"gemm: {aname}={av!r}; give the operand's byte alignment: 2, 4, 8 or 16")
         for lname, lv in (("a_layout", a_layout), ("b_layout", b_layout)):
@@ -84,7 +84,7 @@ class GemmOp:
                                        f"are {', '.join(self.tile_keywords)}")
         if target.is_nvidia:
             spec, cfg = self._hopper(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, bias, c,
-                                     num_sms, a_align, b_align, overrides)
+                                     num_sms, a_align, b_align, c_align, overrides)
         else:
             spec, cfg = self._cdna(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, num_sms,
                                    a_align, b_align, overrides)
@@ -97,13 +97,18 @@ class GemmOp:
 
     @staticmethod
     def _hopper(target, m, n, k, in_dtype, out_dtype, a_layout, b_layout, bias, c, num_sms, a_align, b_align,
-                overrides):
+                c_align, overrides):
         from . import _hopper_gemm as hop
+        # TMA addresses an operand when its base and row stride are 16-byte aligned; the output is
+        # TMA-stored when it is 16-bit, aligned likewise, and its rows are whole 16-byte units
+        # (the rule of _hopper_gemm.output_tma_ok, decided here from the alignment class).
+        c_tma = DTYPES[out_dtype].itemsize == 2 and c_align == 16 and (n * 2) % 16 == 0
         cfg = hop.choose_config(m, n, k, a_layout == "row", b_layout == "col", in_dtype, out_dtype,
                                 num_sms or target.compute_units, overrides, has_bias=bool(bias), has_c=bool(c),
-                                a_tma=a_align % 16 == 0, b_tma=b_align % 16 == 0)
+                                a_tma=a_align % 16 == 0, b_tma=b_align % 16 == 0, c_tma=c_tma)
+        params = {k: v for k, v in cfg.items() if k != "key"}  # "key": make_args' own cache identity
         spec = spec_mod.Specialization("gemm", target, "gemm_hopper.cuh", f"gemm_hopper<{hop.template_args(cfg)}>",
-                                       "hkjit_gemm", spec_mod.make_params(cfg))
+                                       "hkjit_gemm", spec_mod.make_params(params))
         return spec, cfg
 
     @staticmethod
@@ -229,19 +234,22 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
     a_layout, lda = _layout("a", A.shape, A.strides)
     b_layout, ldb = _layout("b", B.shape, B.strides)
     dev = _device_for([A, B, O, Bias, C], device)
+    out_itemsize = DTYPES[out_dtype].itemsize
     if A.device == "cpu":
         # Host inputs are staged as dense copies padded to 16-byte rows: always fully aligned.
         a_align = b_align = 16
+        c_align = alignment(0, N, out_itemsize)
     else:
         a_align, b_align = alignment(A.ptr, lda), alignment(B.ptr, ldb)
+        c_align = alignment(O.ptr, O.strides[0], out_itemsize) if O is not None else alignment(0, N, out_itemsize)
         if dev.target.is_amd and min(a_align, b_align) < 4:
             return _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides)
-    sig = (in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, M, N, K, Bias is None, C is None, dev.kind,
+    sig = (in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, c_align, M, N, K, Bias is None, C is None, dev.kind,
            dev.index, compiler, tuple(sorted(tile_overrides.items())) if tile_overrides else ())
     launcher = _launchers.get(sig)
     if launcher is None:
         launcher = _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_align, b_align,
-                                  Bias, C, compiler, tile_overrides)
+                                  c_align, Bias, C, compiler, tile_overrides)
         _launchers[sig] = launcher
     if A.device == "cpu":
         return _run_host(launcher, A, B, O, Bias, C, M, N, K, a_layout, b_layout, out_dtype, alpha, beta)
@@ -325,8 +333,8 @@ def _check_epilogue(Bias, C, O, M, N):
         raise InvalidArgumentError(f"gemm: c must be a row-major ({M}, {N}) array, got shape {C.shape}")
 
 
-def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, Bias, C, compiler,
-                   overrides):
+def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_align, b_align, c_align, Bias, C,
+                   compiler, overrides):
     for name, arr in (("bias", Bias), ("c", C)):
         if arr is not None and arr.dtype.name != out_dtype:
             raise DTypeError(f"gemm: {name} has dtype {arr.dtype.name}; it must have the output dtype "
@@ -334,7 +342,7 @@ def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_alig
     num_sms = getattr(dev, "multiprocessors", None) or dev.target.compute_units
     spec, cfg = GEMM.specialize(dev.target, m=M, n=N, k=K, dtype=in_dtype, out_dtype=out_dtype,
                                 a_layout=a_layout, b_layout=b_layout, bias=Bias is not None, c=C is not None,
-                                num_sms=num_sms, a_align=a_align, b_align=b_align, **overrides)
+                                num_sms=num_sms, a_align=a_align, b_align=b_align, c_align=c_align, **overrides)
     mod = _arch_module(dev.target)
     kernel = jit.load_spec(spec, dev, mod.dynamic_smem(cfg), compiler)
     return _Launcher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev)

@@ -1,0 +1,117 @@
+#pragma once
+// hk/hopper/wgmma.hpp: warpgroup matrix multiply (sm_90a) on shared tiles.
+//   mma_AB   acc (+)= A  * B   A: st<M,K> (K contiguous), B: st<K,N> (N contiguous)
+//   mma_ABt  acc (+)= A  * B^T A: st<M,K>,                B: st<N,K>
+//   mma_AtB  acc (+)= A^T* B   A: st<K,M> (M contiguous), B: st<K,N>
+//   mma_AtBt acc (+)= A^T* B^T A: st<K,M>,                B: st<N,K>
+// Each call issues every k16 step of the tiles' K (one wgmma per 64-row block and step), then
+// commits them as one group; mma_wait<N>() waits until at most N groups are in flight.
+#include "tiles.hpp"
+#include "wgmma_ops.hpp"
+
+namespace hk {
+
+// Shared-memory matrix descriptor (PTX ISA "matrix descriptor"): start address, leading byte
+// offset (LBO), stride byte offset (SBO), all >> 4, and the swizzle mode in bits 62-63.
+HK_INLINE u64 smem_desc(u32 addr, u32 lbo, u32 sbo, int swizzle_bytes) {
+  u64 mode = swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : 3;
+  return u64((addr & 0x3FFFF) >> 4) | (u64(lbo >> 4) << 16) | (u64(sbo >> 4) << 32) | (mode << 62);
+}
+
+// K-major operand (K contiguous, one 128-byte chunk = 64 K): rows are 128 B apart, 8-row groups
+// 1024 B apart (SBO); a k16 step moves 32 B inside the swizzled row (the hardware applies the
+// XOR on the final address). LBO is unused for swizzled K-major layouts.
+template <class ST> HK_INLINE u64 desc_kmajor(const ST& t, int k16, int row0 = 0) {
+  static_assert(ST::cols == 64, "K-major wgmma operand: 64 contiguous K per tile");
+  return smem_desc(smem_addr(t.data) + row0 * 128 + k16 * 32, 16, 1024, 128);
+}
+// M/N-major operand (M or N contiguous): SBO steps 8 K-rows (8 swizzle rows), LBO steps one chunk
+// of W = min(C,64) columns; a k16 step moves 16 swizzle rows.
+template <class ST> HK_INLINE u64 desc_mnmajor(const ST& t, int k16, int chunk0 = 0) {
+  return smem_desc(smem_addr(t.data) + chunk0 * ST::chunk_bytes + k16 * 16 * ST::swizzle_bytes,
+                   ST::chunk_bytes, 8 * ST::swizzle_bytes, ST::swizzle_bytes);
+}
+
+HK_INLINE void mma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+HK_INLINE void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> HK_INLINE void mma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+// Keep the compiler from moving accumulator reads across an in-flight wgmma.
+template <class RT> HK_INLINE void fence_operand(RT& t) {
+#pragma unroll
+  for (int b = 0; b < RT::blocks; ++b)
+#pragma unroll
+    for (int k = 0; k < RT::regs; ++k) asm volatile("" : "+f"(t.v[b][k]) :: "memory");
+}
+
+namespace detail {
+// One k16 step (k = 0 .. K/16-1) of acc (+)= op(A) op(B): one wgmma per 64-row block of acc.
+template <bool TA, bool TB, class RT, class STA, class STB>
+HK_INLINE void mma_step(RT& acc, const STA& a, const STB& b, int k, int scale_d) {
+  constexpr bool bf = is_bf16<typename STA::dtype>::value;
+  u64 db;
+  if constexpr (TB) db = desc_mnmajor(b, k); else db = desc_kmajor(b, k);
+#pragma unroll
+  for (int m = 0; m < RT::blocks; ++m) {
+    u64 da;
+    if constexpr (TA) da = desc_mnmajor(a, k, m); else da = desc_kmajor(a, k, m * 64);
+    wgmma_m64k16<RT::cols, bf, TA, TB>(acc.v[m], da, db, scale_d);
+  }
+}
+
+// All k16 steps of the tiles, as one commit group. With NACC > 1 accumulators, step k goes to
+// acc[k % NACC]: consecutive wgmmas then do not depend on each other, which matters when the
+// tiles are so small that wgmma latency, not throughput, sets the pace. Sum them at the end.
+template <bool TA, bool TB, int NACC, class RT, class STA, class STB>
+HK_INLINE void mma(RT (&acc)[NACC], const STA& a, const STB& b, bool accumulate) {
+  constexpr int K = TA ? STA::rows : STA::cols;
+  static_assert(K % 16 == 0);
+  mma_fence();
+#pragma unroll
+  for (int k = 0; k < K / 16; ++k) mma_step<TA, TB>(acc[k % NACC], a, b, k, (accumulate || k >= NACC) ? 1 : 0);
+  mma_commit();
+}
+template <bool TA, bool TB, class RT, class STA, class STB>
+HK_INLINE void mma(RT& acc, const STA& a, const STB& b, bool accumulate) {
+  RT (&one)[1] = *reinterpret_cast<RT(*)[1]>(&acc);
+  mma<TA, TB, 1>(one, a, b, accumulate);
+}
+}  // namespace detail
+
+template <class RT, class STA, class STB> HK_INLINE void mma_AB(RT& d, const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::cols == STB::rows && RT::rows == STA::rows && RT::cols == STB::cols, "mma_AB shapes");
+  detail::mma<false, true>(d, a, b, acc);
+}
+template <class RT, int NACC, class STA, class STB>
+HK_INLINE void mma_AB(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::cols == STB::rows && RT::rows == STA::rows && RT::cols == STB::cols, "mma_AB shapes");
+  detail::mma<false, true, NACC>(d, a, b, acc);
+}
+template <class RT, class STA, class STB> HK_INLINE void mma_ABt(RT& d, const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::cols == STB::cols && RT::rows == STA::rows && RT::cols == STB::rows, "mma_ABt shapes");
+  detail::mma<false, false>(d, a, b, acc);
+}
+template <class RT, int NACC, class STA, class STB>
+HK_INLINE void mma_ABt(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::cols == STB::cols && RT::rows == STA::rows && RT::cols == STB::rows, "mma_ABt shapes");
+  detail::mma<false, false, NACC>(d, a, b, acc);
+}
+template <class RT, class STA, class STB> HK_INLINE void mma_AtB(RT& d, const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::rows == STB::rows && RT::rows == STA::cols && RT::cols == STB::cols, "mma_AtB shapes");
+  detail::mma<true, true>(d, a, b, acc);
+}
+template <class RT, int NACC, class STA, class STB>
+HK_INLINE void mma_AtB(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::rows == STB::rows && RT::rows == STA::cols && RT::cols == STB::cols, "mma_AtB shapes");
+  detail::mma<true, true, NACC>(d, a, b, acc);
+}
+template <class RT, class STA, class STB> HK_INLINE void mma_AtBt(RT& d, const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::rows == STB::cols && RT::rows == STA::cols && RT::cols == STB::rows, "mma_AtBt shapes");
+  detail::mma<true, false>(d, a, b, acc);
+}
+template <class RT, int NACC, class STA, class STB>
+HK_INLINE void mma_AtBt(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
+  static_assert(STA::rows == STB::cols && RT::rows == STA::cols && RT::cols == STB::rows, "mma_AtBt shapes");
+  detail::mma<true, false, NACC>(d, a, b, acc);
+}
+
+}  // namespace hk
