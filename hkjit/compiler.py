@@ -48,6 +48,14 @@ class Compiler:
     def version(self) -> str:
         raise NotImplementedError
 
+    def fingerprint(self) -> list:
+        """[path, mtime_ns, size] of the files that make this compiler what it is; while they are
+        unchanged, its identity is too. Empty when they cannot be found."""
+        return _stat_all(self._files())
+
+    def _files(self) -> list:
+        return []
+
     def flags(self, target: Target, include_dirs) -> list[str]:
         raise NotImplementedError
 
@@ -77,11 +85,38 @@ def _run(cmd, source_path, what):
     return log
 
 
+def _stat_all(paths) -> list:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return []
+        out.append([str(p), st.st_mtime_ns, st.st_size])
+    return out
+
+
+def _loaded_library(fragment: str):
+    """Path of a shared library this process has loaded (Linux), e.g. 'libnvrtc'."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip().split(" ")[-1]
+                if fragment in os.path.basename(path):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 class _SubprocessCompiler(Compiler):
     """Drivers that are programs on disk: clang, hipcc, nvcc."""
 
     def __init__(self, path: str):
         self.path = path
+
+    def _files(self):
+        return [os.path.realpath(self.path)]
 
     def version(self) -> str:
         out = subprocess.run([self.path, "--version"], capture_output=True, text=True, timeout=60)
@@ -142,6 +177,10 @@ class NvrtcCompiler(Compiler):
         major, minor = self._check(self._nvrtc.nvrtcVersion(), "nvrtcVersion")
         return f"{major}.{minor}"
 
+    def _files(self):
+        lib = _loaded_library("libnvrtc")
+        return [self._nvrtc.__file__, lib] if lib else []
+
     def flags(self, target, include_dirs):
         return [f"--gpu-architecture={target.arch}", *NVRTC_FLAGS, *(f"-I{d}" for d in include_dirs)]
 
@@ -187,6 +226,10 @@ class HiprtcCompiler(Compiler):
     def version(self):
         major, minor = self._check(self._hiprtc.hiprtcVersion(), "hiprtcVersion")
         return f"{major}.{minor}"
+
+    def _files(self):
+        lib = _loaded_library("libhiprtc")
+        return [self._hiprtc.__file__, lib] if lib else []
 
     def flags(self, target, include_dirs):
         return [f"--offload-arch={target.id}", *AMD_FLAGS, *(f"-I{d}" for d in include_dirs)]

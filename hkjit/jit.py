@@ -5,6 +5,8 @@ a fresh compile); `load_spec` also loads it on a device, rebuilding once if the 
 out to be unloadable.
 """
 
+import hashlib
+import json
 import os
 import tempfile
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 from . import cache as cache_mod
 from . import compiler as compiler_mod
 from . import spec as spec_mod
+from .errors import CompilerNotFoundError, HKJitError
 from .spec import Specialization
 
 
@@ -33,18 +36,85 @@ class Built:
                 f"{len(self.code)} bytes, compiled={self.compiled})")
 
 
-_keys: dict = {}   # (spec, requested compiler) -> (key, compiler): skips re-hashing on repeat builds
+_keys: dict = {}   # (spec, requested compiler, env) -> key: repeat builds skip all hashing
 
 
-def cache_key(spec: Specialization, compiler=None):
+def _include_dirs():
+    return [spec_mod.include_dir(), spec_mod.kernel_sources_dir()]
+
+
+def _spec_id(spec: Specialization, compiler) -> str:
+    """Hash of everything that picks a kernel's key except the compiler's identity: the generated
+    unit, every file it includes, and what steers compiler selection."""
+    env = {v: os.environ.get(v) for v in ("HKJIT_COMPILER", "HKJIT_CLANG", "PATH")}
+    text = json.dumps({"unit": spec_mod.render(spec), "files": spec_mod.header_closure(spec.source),
+                       "requested": compiler, "env": env, "target": spec.target.id}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_key(spec: Specialization, compiler=None) -> str:
+    """The cache key of `spec`. The key covers the compiler's identity, but asking a compiler
+    who it is can cost more than the rest of a warm start (importing NVRTC alone: ~60 ms), so
+    the key found last time is kept in an index beside the cache and reused while the compiler's
+    files are unchanged. With no compiler at all (a deployment), the toolchains recorded in the
+    bundles give the keys of the kernels they hold."""
     memo = (spec, compiler, os.environ.get("HKJIT_COMPILER"))
-    hit = _keys.get(memo)
-    if hit is None:
-        comp = compiler_mod.find_compiler(spec.target, compiler)
-        flags = comp.flags(spec.target, [spec_mod.include_dir(), spec_mod.kernel_sources_dir()])
-        hit = (cache_mod.make_key(spec_mod.key_parts(spec, comp.identity, flags)), comp)
-        _keys[memo] = hit
-    return hit
+    key = _keys.get(memo)
+    if key is not None:
+        return key
+    cache = cache_mod.default_cache()
+    spec_id = _spec_id(spec, compiler)
+    key = _index_lookup(cache, spec_id)
+    if key is None:
+        try:
+            comp = compiler_mod.find_compiler(spec.target, compiler)
+        except CompilerNotFoundError:
+            key = _key_from_bundles(cache, spec)
+            if key is None:
+                raise
+        else:
+            flags = comp.flags(spec.target, _include_dirs())
+            key = cache_mod.make_key(spec_mod.key_parts(spec, comp.identity, flags))
+            _index_store(cache, spec_id, key, comp.fingerprint())
+    _keys[memo] = key
+    return key
+
+
+def _key_from_bundles(cache, spec):
+    for tc in cache.toolchains(spec.target.id):
+        key = cache_mod.make_key(spec_mod.key_parts(spec, tc["compiler"], tc.get("flags") or []))
+        if cache.get(key) is not None:
+            return key
+    return None
+
+
+def _index_path(cache, spec_id):
+    return Path(cache.root) / "index" / spec_id[:2] / spec_id
+
+
+def _index_lookup(cache, spec_id):
+    try:
+        record = json.loads(_index_path(cache, spec_id).read_text())
+        for path, mtime_ns, size in record["fingerprint"]:
+            st = os.stat(path)
+            if (st.st_mtime_ns, st.st_size) != (mtime_ns, size):
+                return None
+        return cache_mod.check_key(record["key"])
+    except (OSError, ValueError, KeyError, TypeError, HKJitError):
+        return None
+
+
+def _index_store(cache, spec_id, key, fingerprint):
+    if not fingerprint:
+        return  # a compiler whose files cannot be identified is asked every time
+    path = _index_path(cache, spec_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "fingerprint": fingerprint}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only or full cache: the index is only a shortcut
 
 
 def _source_path(spec: Specialization, key: str, cache) -> Path:
@@ -60,23 +130,24 @@ def _source_path(spec: Specialization, key: str, cache) -> Path:
     raise OSError("no writable folder for generated sources (cache dir and temp dir both failed)")
 
 
-def _compile(spec: Specialization, key: str, comp, cache):
+def _compile(spec: Specialization, key: str, compiler, cache):
     def build():
+        comp = compiler_mod.find_compiler(spec.target, compiler)
         path = _source_path(spec, key, cache)
         t0 = time.perf_counter()
-        result = comp.compile(path.read_text(), path, spec.target,
-                              [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
+        result = comp.compile(path.read_text(), path, spec.target, _include_dirs(), spec.entry)
         meta = dict(result.meta)
+        flags = [f for f in comp.flags(spec.target, _include_dirs()) if not f.startswith("-I")]
         meta.update(op=spec.op, target=spec.target.id, entry=spec.entry, params=spec.param_dict,
-                    compiler=comp.identity, compile_seconds=round(time.perf_counter() - t0, 3))
+                    compiler=comp.identity, flags=flags, compile_seconds=round(time.perf_counter() - t0, 3))
         return result.code, meta
     return build
 
 
 def build_spec(spec: Specialization, compiler=None, cache=None) -> Built:
     cache = cache or cache_mod.default_cache()
-    key, comp = cache_key(spec, compiler)
-    entry, built = cache.get_or_build(key, _compile(spec, key, comp, cache),
+    key = cache_key(spec, compiler)
+    entry, built = cache.get_or_build(key, _compile(spec, key, compiler, cache),
                                       describe=lambda: _describe_miss(spec, key))
     return Built(spec.op, spec.target.id, key, entry.code, entry.meta, spec.param_dict, built)
 
@@ -91,7 +162,7 @@ _loaded: dict = {}   # (key, device kind, device index) -> loaded kernel
 
 
 def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None):
-    key, _ = cache_key(spec, compiler)
+    key = cache_key(spec, compiler)
     slot = (key, device.kind, device.index)
     kernel = _loaded.get(slot)
     if kernel is not None:

@@ -48,17 +48,51 @@ def test_second_build_is_a_cache_hit_with_no_compile(cache_dir, monkeypatch):
 
 @needs_clang
 def test_key_changes_with_target_tiles_and_dtype(cache_dir):
-    base = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **SMALL)[0])[0]
-    other_target = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx942", **SMALL)[0])[0]
-    other_dtype = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **{**SMALL, "dtype": "float16"})[0])[0]
+    base = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **SMALL)[0])
+    other_target = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx942", **SMALL)[0])
+    other_dtype = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **{**SMALL, "dtype": "float16"})[0])
     assert len({base, other_target, other_dtype}) == 3
 
 
 @needs_clang
 def test_runtime_extents_do_not_change_the_kernel(cache_dir):
     """M, N, K are kernel arguments: two sizes in one shape class share one compiled kernel."""
-    a = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096)[0])[0]
-    b = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4160)[0])[0]
+    a = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096)[0])
+    b = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4160)[0])
     c = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096,
                                                        specialize_shapes=True)[0])[0]
     assert a == b and c != a
+
+
+def _fresh_process_state(monkeypatch):
+    """What a new process has: no memory table, no memoised keys."""
+    from hkjit import cache
+    monkeypatch.setattr(cache, "_default", None)
+    jit._keys.clear()
+
+
+@needs_clang
+def test_warm_start_resolves_keys_without_asking_the_compiler(cache_dir, monkeypatch):
+    first = hkjit.build("gemm", target="gfx950", **SMALL)
+    _fresh_process_state(monkeypatch)
+
+    def no_compiler(*a, **k):
+        raise AssertionError("the compiler was consulted on a warm start")
+    monkeypatch.setattr(compiler, "find_compiler", no_compiler)
+    again = hkjit.build("gemm", target="gfx950", **SMALL)
+    assert again.key == first.key and not again.compiled
+
+
+@needs_clang
+def test_index_is_ignored_once_the_compiler_changes(cache_dir, monkeypatch, tmp_path):
+    fake_binary = tmp_path / "clang-binary"
+    fake_binary.write_bytes(b"v1")
+    monkeypatch.setattr(compiler.ClangCompiler, "_files", lambda self: [str(fake_binary)])
+    hkjit.build("gemm", target="gfx950", **SMALL)
+    _fresh_process_state(monkeypatch)
+    fake_binary.write_bytes(b"version 2")  # an upgraded compiler: size and mtime change
+    asked = []
+    real = compiler.find_compiler
+    monkeypatch.setattr(compiler, "find_compiler", lambda *a, **k: asked.append(1) or real(*a, **k))
+    hkjit.build("gemm", target="gfx950", **SMALL)
+    assert asked, "a stale index entry was trusted after the compiler changed"

@@ -162,6 +162,43 @@ class _Launcher:
         self.kernel.launch_packed(self.grid, self.block, self.smem, packed, stream)
 
 
+class _SplitKLauncher(_Launcher):
+    """A Hopper split-K launcher (cfg["split_k"] > 1): the kernel also needs a device workspace
+    (fp32 partials and per-tile counters, _hopper_gemm.workspace_bytes). One workspace per stream,
+    allocated with dev.alloc on the first launch on that stream, counters zeroed once (every launch
+    leaves them zero), kept for the launcher's lifetime. Launches on one stream are ordered, so
+    they can share it; launches on two streams get two."""
+    __slots__ = ("ws_bytes", "ws_zero", "workspaces")
+
+    def __init__(self, kernel, cfg, mod, grid, device, M, N):
+        super().__init__(kernel, cfg, mod, grid, device)
+        self.ws_bytes, self.ws_zero = mod.workspace_bytes(M, N, cfg), mod.workspace_counter_bytes(M, N, cfg)
+        self.workspaces = {}
+
+    def _workspace(self, stream):
+        import ctypes
+        ptr = self.device.alloc(self.ws_bytes)
+        zeros = (ctypes.c_ubyte * self.ws_zero)()
+        self.device.copy_in(ptr, ctypes.addressof(zeros), self.ws_zero)   # synchronous
+        self.workspaces[stream] = ptr
+        return ptr
+
+    def run(self, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in, alpha, beta,
+            stream):
+        ws = self.workspaces.get(stream) or self._workspace(stream)
+        key = (a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, bias_ptr, cin_ptr, ldc_in, alpha, beta, ws)
+        packed = self.packed.get(key)
+        if packed is None:
+            from . import _hopper_gemm as hop
+            args = hop.make_args(self.cfg, a_ptr, (M, K), a_strides, b_ptr, (K, N), b_strides, c_ptr, (ldc, 1),
+                                 bias_ptr, cin_ptr, (ldc_in, 1), alpha, beta, workspace_ptr=ws)
+            packed = self.kernel.pack(args)
+            if len(self.packed) >= self.MAX_PACKED:
+                self.packed.clear()
+            self.packed[key] = packed
+        self.kernel.launch_packed(self.grid, self.block, self.smem, packed, stream)
+
+
 def _args_hopper(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, ldc, M, N, K, bias_ptr, cin_ptr, ldc_in,
                  alpha, beta):
     from . import _hopper_gemm as hop
@@ -211,6 +248,7 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
         done = _gemm_fast(a, b, out, out_dtype, alpha, beta)
         if done is not None:
             return done
+    requested_out_dtype, allocated = out_dtype, out is None
     A, B = interop.describe(a), interop.describe(b)
     if A.ndim != 2 or B.ndim != 2:
         raise InvalidArgumentError(f"gemm: a and b must be 2-D, got shapes {A.shape} and {B.shape}")
@@ -264,60 +302,71 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
         dev.synchronize(stream)  # JAX does not know about this stream: finish before it reads `out`
     elif A.framework == "torch" and Bias is None and C is None and device is None and compiler is None \
             and not tile_overrides:
-        _remember_fast(a, b, out if O is None else O.obj, out is None, out_dtype, launcher, a_strides, b_strides,
-                       M, N, K, dev)
+        _remember_fast(a, b, out, allocated, requested_out_dtype, launcher, a_strides, b_strides, M, N, K, dev)
     return out
 
 
 # --- the repeat-call path for torch tensors --------------------------------------------------------
-# A call whose tensors have the dtypes, shapes, strides, 16-byte alignment classes and device of an
+# A call whose tensors have the dtypes, shapes, strides, 16-byte alignment classes and devices of an
 # earlier successful call skips every check above: they were all decided by those properties.
 _fast_type = None
 _fast: dict = {}
 
 
-def _fast_key(a, b, out, out_dtype):
-    ap, bp = a.data_ptr(), b.data_ptr()
-    o = (out_dtype,) if out is None else (out.dtype, out.shape, out.stride(), out.get_device(), out.data_ptr() & 15)
-    return (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), ap & 15, bp & 15, a.get_device(),
-            b.get_device(), o), ap, bp
+class _FastEntry:
+    __slots__ = ("launcher", "a_strides", "b_strides", "M", "N", "K", "dtype", "device", "index", "packed",
+                 "stream_of")
+
+    def run(self, ap, bp, out, alpha, beta):
+        cp = out.data_ptr()
+        packed = self.packed.get((ap, bp, cp, alpha, beta))
+        ln = self.launcher
+        if packed is None:
+            M, N, K = self.M, self.N, self.K
+            args = ln.make_args(ln.cfg, ap, self.a_strides, bp, self.b_strides, cp, N, M, N, K, 0, 0, 0, alpha, beta)
+            packed = ln.kernel.pack(args)
+            if len(self.packed) >= 64:
+                self.packed.clear()
+            self.packed[(ap, bp, cp, alpha, beta)] = packed
+        ln.kernel.launch_packed(ln.grid, ln.block, ln.smem, packed, self.stream_of(self.index))
+        return out
 
 
 def _gemm_fast(a, b, out, out_dtype, alpha, beta):
-    key, ap, bp = _fast_key(a, b, out, out_dtype)
-    hit = _fast.get(key)
-    if hit is None:
-        return None
-    launcher, a_strides, b_strides, M, N, K, alloc, stream_of, index = hit
+    ap, bp = a.data_ptr(), b.data_ptr()
     if out is None:
-        out = alloc()
-    launcher.run(ap, a_strides, bp, b_strides, out.data_ptr(), N, M, N, K, 0, 0, 0, alpha, beta, stream_of(index))
-    return out
+        key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), ap & 15, bp & 15, a.get_device(),
+               b.get_device(), out_dtype)
+    else:
+        key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), ap & 15, bp & 15, a.get_device(),
+               b.get_device(), out_dtype, out.dtype, out.shape, out.stride(), out.data_ptr() & 15, out.get_device())
+    entry = _fast.get(key)
+    if entry is None:
+        return None
+    if out is None:
+        out = sys.modules["torch"].empty((entry.M, entry.N), dtype=entry.dtype, device=entry.device)
+    return entry.run(ap, bp, out, alpha, beta)
 
 
-def _remember_fast(a, b, out, allocated, out_dtype, launcher, a_strides, b_strides, M, N, K, dev):
+def _remember_fast(a, b, out, allocated, requested_out_dtype, launcher, a_strides, b_strides, M, N, K, dev):
+    """Register this call's properties (as the caller passed them) for the repeat-call path."""
     global _fast_type
     if dev.kind not in ("cuda", "rocm") or out.stride() != (N, 1):
         return
     torch = sys.modules["torch"]
     _fast_type = type(a)
-    key = _fast_key(a, b, None if allocated else out, out_dtype if allocated else None)[0]
-    dtype, device = out.dtype, out.device
-    alloc = lambda: torch.empty((M, N), dtype=dtype, device=device)  # noqa: E731
+    ap, bp = a.data_ptr(), b.data_ptr()
+    key = (a.dtype, a.shape, a.stride(), b.dtype, b.shape, b.stride(), ap & 15, bp & 15, a.get_device(),
+           b.get_device())
+    key += (requested_out_dtype,) if allocated else (requested_out_dtype, out.dtype, out.shape, out.stride(),
+                                                     out.data_ptr() & 15, out.get_device())
+    e = _FastEntry()
+    e.launcher, e.a_strides, e.b_strides, e.M, e.N, e.K = launcher, a_strides, b_strides, M, N, K
+    e.dtype, e.device, e.index, e.packed = out.dtype, out.device, dev.index, {}
+    e.stream_of = torch._C._cuda_getCurrentRawStream
     if len(_fast) > 4096:
         _fast.clear()
-    _fast[key] = (launcher, a_strides, b_strides, M, N, K, alloc, torch._C._cuda_getCurrentRawStream, dev.index)
-
-
-def _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides):
-    """AMD operands whose base or leading dimension is not 4-byte aligned (e.g. bf16 with odd K):
-    direct-to-LDS loads cannot read them in place, so run on aligned copies (torch only)."""
-    if A.framework != "torch":
-        raise InvalidArgumentError("gemm on AMD: an operand's base pointer or leading dimension is not 4-byte "
-                                   "aligned; pass contiguous arrays whose rows are a multiple of 2 elements")
-    return gemm(interop.aligned_copy(A), interop.aligned_copy(B), out=O.obj if O else None, out_dtype=out_dtype,
-                bias=Bias.obj if Bias else None, c=C.obj if C else None, alpha=alpha, beta=beta,
-                compiler=compiler, **tile_overrides)
+    _fast[key] = e
 
 
 def _check_epilogue(Bias, C, O, M, N):
@@ -345,6 +394,8 @@ def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_alig
                                 num_sms=num_sms, a_align=a_align, b_align=b_align, c_align=c_align, **overrides)
     mod = _arch_module(dev.target)
     kernel = jit.load_spec(spec, dev, mod.dynamic_smem(cfg), compiler)
+    if isinstance(cfg, dict) and cfg.get("split_k", 1) > 1:
+        return _SplitKLauncher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev, M, N)
     return _Launcher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev)
 
 
