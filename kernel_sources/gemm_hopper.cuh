@@ -10,10 +10,16 @@
 // "every consumer is done reading stage s". The grid is persistent: each block walks tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ... in GROUP_M-grouped order, and the ring runs on across
 // tiles, so the producer prefetches the next tile while consumers store the current one.
+//
+// SPLIT_K > 1 (small M, long K): the work unit is (tile, K-slice); the SPLIT_K slices of a tile are
+// adjacent units, so they run at the same time on different SMs. Each consumer writes its fp32
+// partial accumulator to the workspace, then bumps the tile's counter; the one that arrives last
+// adds the other partials and runs the normal epilogue (alpha, beta, C_in, bias, output dtype),
+// then resets the counter to 0 for the next launch. Nobody waits on another block.
 #include "hk/hk.hpp"
 
 template <class TIn, class TOut, bool A_KMAJOR, bool B_KMAJOR, int BM, int BN, int BK, int CONSUMERS,
-          int STAGES, int GROUP_M, bool HAS_BIAS, bool HAS_C, bool A_TMA, bool B_TMA, bool C_TMA = false>
+          int STAGES, int GROUP_M, bool HAS_BIAS, bool HAS_C, bool A_TMA, bool B_TMA, bool C_TMA = false, int SPLIT_K = 1>
 struct gemm_hopper {
   // ---- constants -------------------------------------------------------------------------------
   static constexpr int CONSUMER_ROWS = BM / CONSUMERS;        // rows of C per consumer warpgroup
@@ -31,6 +37,7 @@ struct gemm_hopper {
   static constexpr int CONSUMER_REGS = CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW;
   static constexpr bool REALLOC_REGS = CONSUMERS >= 2;
 
+  static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "gemm_hopper: SPLIT_K");
   static_assert(BK == 64, "gemm_hopper: BK is one 128-byte swizzle row of bf16/fp16");
   static_assert(CONSUMER_ROWS % 64 == 0, "gemm_hopper: each consumer owns whole 64-row wgmma blocks");
   static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "gemm_hopper: BN");
@@ -51,7 +58,8 @@ struct gemm_hopper {
   using c_tile = hk::st<hk::conditional_t<sizeof(TOut) == 2, TOut, TIn>, CONSUMER_ROWS, BN>;
   static constexpr int C_BYTES = C_TMA ? CONSUMERS * int(sizeof(c_tile)) : 0;
   // 1024 bytes of slack to align the ring to a swizzle atom, the ring, C staging, the barriers.
-  static constexpr int dynamic_smem = 1024 + STAGES * STAGE_BYTES + C_BYTES + 2 * STAGES * 8;
+  // Split-K: one "am I last" word per consumer after the barriers.
+  static constexpr int dynamic_smem = 1024 + STAGES * STAGE_BYTES + C_BYTES + 2 * STAGES * 8 + (SPLIT_K > 1 ? 16 : 0);
 
   // ---- arguments (mirrored by hkjit/ops/_hopper_gemm.py: Args) -----------------------------------
   struct args {
@@ -67,9 +75,10 @@ struct gemm_hopper {
     long long ldc, ldc_in;
     int M, N, K;
     float alpha, beta;
+    void* workspace;           // SPLIT_K > 1: counters, then fp32 partials (layout: splitk_reduce)
   };
   // Offsets (mirrored and tested in Python): a_map 0, b_map 128, c_map 256, a 384, a_stride_m 424,
-  // M 472, alpha 484; size 512 (alignas(64) of the tensor maps).
+  // M 472, alpha 484, workspace 496; size 512 (alignas(64) of the tensor maps).
   static_assert(sizeof(args) == 512, "args layout is mirrored in Python");
 
   // ---- tile order ---------------------------------------------------------------------------------
@@ -82,6 +91,15 @@ struct gemm_hopper {
     int r = t % per_group;
     tm = first + r % size;
     tn = r / size;
+  }
+
+  // Work unit u: tile u / SPLIT_K, K-slice u % SPLIT_K = k-tiles [kb, ke) (may be empty when
+  // k_tiles < SPLIT_K: that slice contributes zeros).
+  static __device__ __forceinline__ void unit_range(int u, int k_tiles, int& tile, int& kb, int& ke) {
+    tile = u / SPLIT_K;
+    const int s = u % SPLIT_K;
+    kb = s * k_tiles / SPLIT_K;
+    ke = (s + 1) * k_tiles / SPLIT_K;
   }
 
   // ---- producer --------------------------------------------------------------------------------
@@ -111,11 +129,12 @@ struct gemm_hopper {
     }
     constexpr unsigned TMA_BYTES = (A_TMA ? sizeof(a_tile) : 0) + (B_TMA ? sizeof(b_tile) : 0);
     int s = 0, phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
+    for (int u = blockIdx.x; u < tiles * SPLIT_K; u += gridDim.x) {
+      int t, kb, ke, tm, tn;
+      unit_range(u, k_tiles, t, kb, ke);
       tile_coords(t, tiles_m, tiles_n, tm, tn);
       const int m0 = tm * BM, n0 = tn * BN;
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = kb; kt < ke; ++kt) {
         const int k0 = kt * BK;
         hk::wait(empty[s], phase ^ 1);         // fresh barriers pass parity 1 at once
         stage_t& st = ring[s];
@@ -227,20 +246,83 @@ struct gemm_hopper {
     }
   }
 
+  // ---- split-K reduction ---------------------------------------------------------------------------
+  // Workspace: `tiles * CONSUMERS` u32 counters (zero before the first launch; each launch leaves
+  // them zero), padded to 256 bytes, then one fp32 slot per (tile, slice, consumer) holding that
+  // consumer's accumulator in register order: float4 j of 64-row block b of thread t at
+  // [(b * regs/4 + j) * 128 + t], so every store and load is a coalesced 16-byte access. Warps
+  // whose 16 rows all lie below M skip both (the same warps in every slice).
+  static constexpr long long SLOT_FLOATS = (long long)CONSUMER_ROWS * BN;
+  static __device__ __forceinline__ void st_cg4(float* p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+  }
+  static __device__ __forceinline__ void ld_cg4(const float* p, float& a, float& b, float& c, float& d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+  }
+  // Returns true in the consumer that arrived last for this tile (its acc then holds the sum).
+  static __device__ bool splitk_reduce(const args& g, acc_t& acc, int tiles, int tile, int slice, int consumer,
+                                       int row0, volatile int* flags) {
+    const int t = hk::warpgroup_thread();
+    unsigned* counter = static_cast<unsigned*>(g.workspace) + tile * CONSUMERS + consumer;
+    const long long counter_bytes = ((long long)tiles * CONSUMERS * 4 + 255) / 256 * 256;
+    float* part = reinterpret_cast<float*>(static_cast<char*>(g.workspace) + counter_bytes);
+    auto slot = [&](int s) { return part + ((long long)(tile * SPLIT_K + s) * CONSUMERS + consumer) * SLOT_FLOATS; };
+    const int warp_row = row0 + (t / 32) * 16;
+    float* mine = slot(slice);
+#pragma unroll
+    for (int b = 0; b < acc_t::blocks; ++b)
+      if (warp_row + b * 64 < g.M)
+#pragma unroll
+        for (int j = 0; j < acc_t::regs / 4; ++j)
+          st_cg4(mine + ((b * (acc_t::regs / 4) + j) * 128 + t) * 4, acc.v[b][4 * j], acc.v[b][4 * j + 1],
+                 acc.v[b][4 * j + 2], acc.v[b][4 * j + 3]);
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");     // our partial before our arrival
+    hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
+    if (t == 0) {
+      unsigned old;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+      const bool last = old == SPLIT_K - 1;
+      if (last) asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" :: "l"(counter) : "memory");
+      flags[consumer] = last;
+    }
+    hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
+    if (!flags[consumer]) return false;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");     // the other partials after their arrivals
+#pragma unroll 1
+    for (int s = 0; s < SPLIT_K; ++s) {
+      if (s == slice) continue;
+      const float* p = slot(s);
+#pragma unroll
+      for (int b = 0; b < acc_t::blocks; ++b)
+        if (warp_row + b * 64 < g.M)
+#pragma unroll
+          for (int j = 0; j < acc_t::regs / 4; ++j) {
+            float x0, x1, x2, x3;
+            ld_cg4(p + ((b * (acc_t::regs / 4) + j) * 128 + t) * 4, x0, x1, x2, x3);
+            acc.v[b][4 * j] += x0; acc.v[b][4 * j + 1] += x1; acc.v[b][4 * j + 2] += x2; acc.v[b][4 * j + 3] += x3;
+          }
+    }
+    return true;
+  }
+
   static __device__ void consume(const args& g, stage_t* ring, c_tile* cstage, hk::mbarrier* full, hk::mbarrier* empty,
-                                 int consumer) {
+                                 volatile int* flags, int consumer) {
     const int tiles_m = (g.M + BM - 1) / BM, tiles_n = (g.N + BN - 1) / BN;
     const int k_tiles = (g.K + BK - 1) / BK, tiles = tiles_m * tiles_n;
     const bool leader = hk::warpgroup_thread() == 0;
     acc_t acc[NACC];
     int s = 0, phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
+    for (int u = blockIdx.x; u < tiles * SPLIT_K; u += gridDim.x) {
+      int t, kb, ke, tm, tn;
+      unit_range(u, k_tiles, t, kb, ke);
       tile_coords(t, tiles_m, tiles_n, tm, tn);
       int prev = -1;
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      if (kb == ke)
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) hk::zero(acc[i]);
+      for (int kt = kb; kt < ke; ++kt) {
         hk::wait(full[s], phase);
-        mma_stage(acc, ring[s], consumer, kt > 0);
+        mma_stage(acc, ring[s], consumer, kt > kb);
         // Keep one wgmma group in flight: once the previous stage's group is done, release it.
         hk::mma_wait<1>();
         if (prev >= 0 && leader) hk::arrive(empty[prev]);
@@ -250,10 +332,12 @@ struct gemm_hopper {
       hk::mma_wait<0>();
 #pragma unroll
       for (int i = 0; i < NACC; ++i) hk::fence_operand(acc[i]);
-      if (leader) hk::arrive(empty[prev]);
+      if (leader && prev >= 0) hk::arrive(empty[prev]);
 #pragma unroll
       for (int i = 1; i < NACC; ++i) hk::add(acc[0], acc[i]);
       const int row0 = tm * BM + consumer * CONSUMER_ROWS, col0 = tn * BN;
+      if constexpr (SPLIT_K > 1)
+        if (!splitk_reduce(g, acc[0], tiles, t, u % SPLIT_K, consumer, row0, flags)) continue;
       if constexpr (C_TMA) epilogue_tma(g, acc[0], cstage[consumer], consumer, row0, col0);
       else epilogue_direct(g, acc[0], row0, col0);
     }
@@ -283,7 +367,7 @@ struct gemm_hopper {
       produce(g, ring, full, empty);
     } else {
       if constexpr (REALLOC_REGS) hk::setmaxnreg_inc<CONSUMER_REGS>();
-      consume(g, ring, cstage, full, empty, wg);
+      consume(g, ring, cstage, full, empty, reinterpret_cast<volatile int*>(empty + STAGES), wg);
     }
   }
 };

@@ -25,6 +25,9 @@ def _default_configs():
         for akm, bkm in LAYOUTS:
             cfg = hg.choose_config(M, N, K, akm, bkm, "bfloat16", "bfloat16", SMS, {})
             seen.setdefault(hg.template_args(cfg), cfg)
+    for ov in (dict(block_m=128, block_n=128, split_k=3), dict(block_m=64, block_n=256, stages=4, split_k=8)):
+        cfg = hg.choose_config(256, 512, 4096, True, False, "bfloat16", "float32", SMS, ov, has_c=True)
+        seen.setdefault(hg.template_args(cfg), cfg)
     base = (1000, 1000, 1000, True, False)
     for ind in hg.IN_DTYPES:
         for outd in hg.OUT_DTYPES:
@@ -81,7 +84,7 @@ def test_args_layout_matches_cpp():
     assert ctypes.sizeof(hg.Args) == hg.ARGS_SIZE == 512
     assert hg.Args.a_map.offset == 0 and hg.Args.b_map.offset == 128 and hg.Args.c_map.offset == 256
     assert hg.Args.a.offset == 384 and hg.Args.a_stride_m.offset == 424
-    assert hg.Args.M.offset == 472 and hg.Args.alpha.offset == 484
+    assert hg.Args.M.offset == 472 and hg.Args.alpha.offset == 484 and hg.Args.workspace.offset == 496
     src = open(os.path.join(ROOT, "kernel_sources", "gemm_hopper.cuh")).read()
     assert "sizeof(args) == 512" in src
 
@@ -93,7 +96,15 @@ def test_defaults_and_resources():
     assert hg.threads(cfg) == 384 and hg.dynamic_smem(cfg) <= hg.SMEM_LIMIT
     assert hg.grid(8192, 8192, 8192, cfg, SMS) == (SMS, 1, 1)
     small = hg.choose_config(16, 4096, 4096, True, False, "bfloat16", "bfloat16", SMS, {})
-    assert small["block_m"] == 64 and 4096 // small["block_n"] >= SMS * 0.9
+    assert small["block_m"] == 64 and 4096 // small["block_n"] * small["split_k"] >= SMS * 0.9
+    assert (small["block_n"], small["split_k"]) == (64, 2)          # split-K rule: one wave of K-slices
+    assert hg.grid(16, 4096, 4096, small, SMS) == (128, 1, 1)
+    assert hg.workspace_bytes(16, 4096, small) == 256 + 64 * 2 * 64 * 64 * 4
+    assert hg.choose_config(64, 8192, 512, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
+    assert hg.choose_config(64, 4096, 14336, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
+    assert hg.choose_config(128, 8192, 8192, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
+    assert hg.choose_config(100, 100, 63, True, True, "bfloat16", "bfloat16", SMS, dict(split_k=8))["split_k"] == 1
+    assert hg.template_args(small).endswith(", 2")
     assert hg.grid(1, 1, 1, hg.choose_config(1, 1, 1, True, True, "float16", "float32", SMS, {}), SMS) == (1, 1, 1)
     ta = hg.template_args(cfg)
     assert ta.startswith("hk::bf16, hk::bf16, true, false, 128, 256, 64, 2, 3, 8")
@@ -111,6 +122,8 @@ def test_defaults_and_resources():
     (dict(warps=10), "warps=10"),
     (dict(group_m=0), "group_m=0"),
     (dict(block_m="128"), "not an integer"),
+    (dict(split_k=0), "split_k=0"),
+    (dict(split_k=17), "split_k=17"),
 ])
 def test_invalid_overrides(ov, needle):
     with pytest.raises(InvalidArgumentError, match=re.escape(needle)):

@@ -147,13 +147,31 @@ def build_call(M, N, K, a, b, c, out_dt, overrides, num_sms, bias=None, cin=None
                            has_bias=bias is not None, has_c=cin is not None, a_tma=atma, b_tma=btma,
                            c_tma=not direct and hg.output_tma_ok(c.data_ptr(), M, N, c.stride(0), c.element_size()))
     k = Kernel(cfg)
+    ws = workspace(cfg, M, N)
     args = hg.make_args(cfg, a.data_ptr(), (M, K), (a.stride(0), a.stride(1)), b.data_ptr(), (K, N),
                         (b.stride(0), b.stride(1)), c.data_ptr(), (c.stride(0), 1),
                         bias_ptr=bias.data_ptr() if bias is not None else None,
                         c_in_ptr=cin.data_ptr() if cin is not None else None,
-                        c_in_strides=(cin.stride(0), 1) if cin is not None else None, alpha=alpha, beta=beta)
+                        c_in_strides=(cin.stride(0), 1) if cin is not None else None, alpha=alpha, beta=beta,
+                        workspace_ptr=ws)
     stream = torch.cuda.current_stream().cuda_stream
     return cfg, k, k.prepare(M, N, K, args, num_sms, stream)
+
+
+_WS: dict = {}
+
+
+def workspace(cfg, M, N):
+    """Split-K workspace, zeroed once and then reused by every launch of that config and shape, as
+    hkjit.gemm does: a wrong counter reset shows up as a wrong second result."""
+    import torch
+    nbytes = hg.workspace_bytes(M, N, cfg)
+    if not nbytes:
+        return 0
+    key = (hg.template_args(cfg), M, N)
+    if key not in _WS:
+        _WS[key] = torch.zeros(nbytes, dtype=torch.uint8, device="cuda")
+    return _WS[key].data_ptr()
 
 
 # ---- correctness -------------------------------------------------------------------------------------
@@ -179,6 +197,9 @@ def run_check(cases, num_sms):
                 alpha, beta = (0.5, -1.5) if use_c else (1.0, 0.0)
                 cfg, k, launch = build_call(M, N, K, a, b, c, out_dt, ov, num_sms, bias, cin, alpha, beta)
                 launch()
+                launch()
+                c.fill_(float("nan"))
+                launch()             # the third launch on the same workspace is the one checked
                 torch.cuda.synchronize()
                 ref = alpha * (a.float() @ b.float())
                 if use_c:
@@ -197,6 +218,7 @@ def run_check(cases, num_sms):
             ok = all(e < 1e-2 for e in errs)
             fails += not ok
             lay = f"{'K' if cfg['a_kmajor'] else 'M'}{'K' if cfg['b_kmajor'] else 'N'}" \
+                  f"{' split' + str(cfg['split_k']) if cfg['split_k'] > 1 else ''}" \
                   f"{'' if cfg['a_tma'] else ' A-plain'}{'' if cfg['b_tma'] else ' B-plain'}"
             rows.append((name, f"{cfg['block_m']}x{cfg['block_n']}x{cfg['consumers']}c{cfg['stages']}s {lay}",
                          " ".join(f"{e:.2e}" for e in errs), "ok" if ok else "FAIL"))
@@ -239,6 +261,15 @@ CHECK_CASES = [
     (1000, 1000, 1000, False, False, "bfloat16", "bfloat16", False, False, dict(block_m=256, block_n=64, consumers=4)),
     (1001, 1003, 999, False, True, "float16", "float16", True, True, dict(block_m=128, block_n=64)),
     (1000, 1000, 1000, True, True, "bfloat16", "bfloat16", False, False, dict(block_m=64, block_n=256)),
+    # split-K (default for small M, long K; overrides elsewhere)
+    (16, 4096, 4096, False, True, "bfloat16", "bfloat16", False, False, None),
+    (16, 4096, 4096, True, True, "float16", "float32", True, True, None),
+    (64, 4096, 14336, False, True, "bfloat16", "bfloat16", True, True, None),
+    (37, 1000, 3000, False, False, "bfloat16", "bfloat16", True, True, dict(split_k=4)),
+    (33, 1003, 2999, True, False, "float16", "float16", True, True, dict(split_k=3)),
+    (256, 512, 4096, False, False, "bfloat16", "float32", False, True, dict(block_m=128, block_n=128, split_k=3)),
+    (1000, 1000, 2000, False, True, "bfloat16", "bfloat16", True, False, dict(block_m=64, block_n=64, split_k=4)),
+    (5, 300, 130, False, False, "bfloat16", "bfloat16", False, False, dict(split_k=16)),
 ]
 
 
@@ -269,7 +300,9 @@ def bench(M, N, K, a_t, b_t, variants, num_sms, in_dt="bfloat16", out_dt="bfloat
             fn()
             torch.cuda.synchronize()
             t = do_bench(fn, warmup=50, rep=300, return_mode="median")
+            cfg = build_call(M, N, K, *ops[0], outs[0], out_dt, ov, num_sms)[0]
             tag = (f"{cfg['block_m']}x{cfg['block_n']} c{cfg['consumers']} s{cfg['stages']} g{cfg['group_m']}"
+                   f"{' k' + str(cfg['split_k']) if cfg['split_k'] > 1 else ''}"
                    f"{' direct-C' if (ov or {}).get('_direct') else ''}{' non-persistent' if not cfg['persistent'] else ''}")
             res.append((tag, flops / t / 1e9, t, t_ref / t))
         except Exception as e:  # noqa: BLE001
@@ -304,6 +337,8 @@ def parse_variants(s):
                 d["_direct"] = True
             if extra == "np":
                 d["persistent"] = 0
+            if extra.startswith("k"):
+                d["split_k"] = int(extra[1:])
         out.append(d)
     return out
 

@@ -22,7 +22,9 @@ Default tiles (the rule choose_config applies; every entry is overridable):
                                                        best smem bytes per FLOP, 4 stages fit
     medium               128 x 128 / 64     2          first candidate giving >= 0.9 num_sms tiles
     small M (M <= 64)    64 x {256..16}     1          memory bound: spread B over >= num_sms
-                                                       blocks, deep ring (up to 12 stages)
+                                                       blocks, deep ring (up to 12 stages);
+                                                       K < 8192: split-K (_auto_split), e.g.
+                                                       16x4096x4096 -> 64 x 64, 2 K-slices
     block_k = 64 always (one 128-byte swizzle row of bf16/fp16); stages = as many as fit in
     227 KiB (at most 4 for large tiles, 12 otherwise); group_m = 8. 16-bit outputs are staged in
     shared memory and stored by TMA (c_tma), which costs block_m x block_n x 2 bytes: 3 stages
@@ -47,7 +49,8 @@ BLOCK_K_CHOICES = (64,)
 BLOCK_N_CHOICES = (16, 32, 64, 128, 192, 256)   # wgmma N values wgmma_ops.hpp is generated for
 BLOCK_M_CHOICES = (64, 128, 192, 256)
 CONSUMER_CHOICES = (1, 2, 3, 4)
-OVERRIDES = ("block_m", "block_n", "block_k", "consumers", "warps", "stages", "group_m", "persistent")
+OVERRIDES = ("block_m", "block_n", "block_k", "consumers", "warps", "stages", "group_m", "persistent", "split_k")
+SPLIT_K_MAX = 16
 
 _LARGE = ((128, 256, 2),)
 _MEDIUM = ((128, 128, 2), (128, 64, 2), (64, 64, 1), (64, 32, 1), (64, 16, 1))
@@ -71,12 +74,33 @@ def _c_bytes(block_m, block_n, c_tma):
     return block_m * block_n * 2 if c_tma else 0      # CONSUMERS tiles of (block_m/consumers) x block_n
 
 
-def _dynamic_smem(block_m, block_n, block_k, stages, c_tma=False):
-    return 1024 + stages * _stage_bytes(block_m, block_n, block_k) + _c_bytes(block_m, block_n, c_tma) + 2 * stages * 8
+def _dynamic_smem(block_m, block_n, block_k, stages, c_tma=False, split_k=1):
+    return (1024 + stages * _stage_bytes(block_m, block_n, block_k) + _c_bytes(block_m, block_n, c_tma)
+            + 2 * stages * 8 + (16 if split_k > 1 else 0))
 
 
 def dynamic_smem(cfg) -> int:
-    return _dynamic_smem(cfg["block_m"], cfg["block_n"], cfg["block_k"], cfg["stages"], cfg["c_tma"])
+    return _dynamic_smem(cfg["block_m"], cfg["block_n"], cfg["block_k"], cfg["stages"], cfg["c_tma"],
+                         cfg.get("split_k", 1))
+
+
+def workspace_bytes(M, N, cfg) -> int:
+    """Device workspace a split-K config needs (0 without split-K): one u32 counter per (tile,
+    consumer), padded to 256 bytes, then one fp32 block_m x block_n partial per (tile, K-slice).
+    The counters must be zero before the first launch; every launch leaves them zero. One workspace
+    serves one stream at a time (launches on one stream are ordered)."""
+    split = cfg.get("split_k", 1)
+    if split <= 1:
+        return 0
+    tiles = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"])
+    counters = _cdiv(tiles * cfg["consumers"] * 4, 256) * 256
+    return counters + tiles * split * cfg["block_m"] * cfg["block_n"] * 4
+
+
+def workspace_counter_bytes(M, N, cfg) -> int:
+    """The leading part of the workspace that must be zeroed once (the counters)."""
+    tiles = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"])
+    return _cdiv(tiles * cfg["consumers"] * 4, 256) * 256
 
 
 def consumer_regs(consumers: int, all_tma: bool = True) -> int:
@@ -100,8 +124,8 @@ _REG_OVERHEAD = 72
 def grid(M, N, K, cfg, num_sms):
     """Persistent: at most one block per SM, each walking tiles; otherwise one block per tile (the
     kernel's tile loop then runs once), which lets small blocks share an SM."""
-    tiles = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"])
-    return (max(1, min(tiles, num_sms) if cfg.get("persistent", True) else tiles), 1, 1)
+    units = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"]) * cfg.get("split_k", 1)
+    return (max(1, min(units, num_sms) if cfg.get("persistent", True) else units), 1, 1)
 
 
 # ---- operand layouts ------------------------------------------------------------------------------
@@ -130,8 +154,47 @@ def _fail(what, valid):
     raise InvalidArgumentError(f"hkjit.gemm (sm_90a): {what}; valid: {valid}")
 
 
-def _max_stages(block_m, block_n, block_k, c_tma=False):
-    return (SMEM_LIMIT - 1024 - _c_bytes(block_m, block_n, c_tma)) // (_stage_bytes(block_m, block_n, block_k) + 16)
+def _max_stages(block_m, block_n, block_k, c_tma=False, split_k=1):
+    return ((SMEM_LIMIT - 1024 - _c_bytes(block_m, block_n, c_tma) - (16 if split_k > 1 else 0))
+            // (_stage_bytes(block_m, block_n, block_k) + 16))
+
+
+# Split-K for small M (the memory-bound GEMV-like class): B is streamed once, so what matters is
+# how many SMs stream it, how wide each one's stages are, and how long each stream runs (every
+# unit pays the latency of its first loads). Rule: among block_n in _SPLIT_BN and power-of-two
+# split counts s, keep those with tiles_n * s <= num_sms (one wave, no second round) and at least
+# _SPLIT_MIN_KTILES k-tiles per slice; take the one with the most units (ties: the wider tile); use
+# it unless the unsplit rule has more units (equal: the split, wider tile wins). Measured on 16x4096x4096, H200 (logs/v4_skinny):
+# 64x64 s=2 0.93x cuBLAS, 64x128 s=2 0.90-0.94, 64x128 s=4 (16 k-tiles) 0.87-0.91, 64x32 unsplit
+# 0.80-0.82, 8 k-tiles per slice 0.64-0.74.
+#
+# Only for K < _SPLIT_MAX_K: with a long K the unsplit stream amortises its fill and drain and the
+# partial round trip costs more than it saves (64x4096x14336: unsplit 64x32 0.98x, split 64x128
+# s=4 0.955x; 16x8192x8192: split 0.91x, unsplit 64x64 0.89x, within noise; logs/v4b_skinny2).
+_SPLIT_BN = (64, 128)
+_SPLIT_MIN_KTILES = 32
+_SPLIT_MAX_K = 8192
+
+
+def _auto_split(M, N, K, num_sms):
+    """(block_n, split_k) for small M, or None to keep the plain skinny rule."""
+    if M > 64 or K >= _SPLIT_MAX_K:
+        return None
+    k_tiles = _cdiv(K, 64)
+    best = None
+    for bn in _SPLIT_BN:
+        tiles = _cdiv(N, bn)
+        s = 2
+        while s <= SPLIT_K_MAX and tiles * s <= num_sms and k_tiles // s >= _SPLIT_MIN_KTILES:
+            if best is None or tiles * s >= best[0]:
+                best = (tiles * s, bn, s)
+            s *= 2
+    if best is None:
+        return None
+    bm, bn0, _ = _default_tiles(M, N, num_sms)
+    if best[0] < _cdiv(M, bm) * _cdiv(N, bn0):
+        return None
+    return best[1], best[2]
 
 
 def _default_tiles(M, N, num_sms):
@@ -173,7 +236,11 @@ def choose_config(M: int, N: int, K: int, a_kmajor: bool, b_kmajor: bool, in_dty
             _fail(f"{name}={v!r} is not an integer", "integers")
 
     bm, bn, consumers = _default_tiles(M, N, num_sms)
+    split_k = 1
     user_tiles = "block_m" in overrides or "block_n" in overrides
+    auto = _auto_split(M, N, K, num_sms) if not user_tiles and "split_k" not in overrides else None
+    if auto:
+        bn, split_k = auto
     bm = overrides.get("block_m", bm)
     bn = overrides.get("block_n", bn)
     bk = overrides.get("block_k", 64)
@@ -217,12 +284,12 @@ def choose_config(M: int, N: int, K: int, a_kmajor: bool, b_kmajor: bool, in_dty
         c_tma = DTYPES[out_dtype].itemsize == 2
     if c_tma and DTYPES[out_dtype].itemsize != 2:
         _fail(f"c_tma with a {out_dtype} output", "c_tma only for bfloat16/float16 outputs")
-    max_st = _max_stages(bm, bn, bk, c_tma)
+    max_st = _max_stages(bm, bn, bk, c_tma, 2)     # (16 bytes of split-K flags: same stage count)
     default_stages = min(max_st, 4 if bm * bn >= 128 * 256 else 12)
     stages = overrides.get("stages", default_stages)
     if stages < 2:
         _fail(f"stages={stages}: the consumers hold two stages at once", f"2 .. {max_st}")
-    smem = _dynamic_smem(bm, bn, bk, stages, c_tma)
+    smem = _dynamic_smem(bm, bn, bk, stages, c_tma, 2)
     if smem > SMEM_LIMIT:
         _fail(f"shared memory {smem} bytes for {stages} stages of {bm}x{bk} + {bn}x{bk}"
               f"{' + a ' + str(bm) + 'x' + str(bn) + ' C tile' if c_tma else ''} exceeds "
@@ -233,11 +300,15 @@ def choose_config(M: int, N: int, K: int, a_kmajor: bool, b_kmajor: bool, in_dty
     persistent = overrides.get("persistent", 1)
     if persistent not in (0, 1):
         _fail(f"persistent={persistent}", "0 or 1")
+    split_k = overrides.get("split_k", split_k)
+    if not 1 <= split_k <= SPLIT_K_MAX:
+        _fail(f"split_k={split_k}", f"1 .. {SPLIT_K_MAX}")
+    split_k = max(1, min(split_k, _cdiv(K, bk)))     # no more K-slices than k-tiles
 
     cfg = dict(in_dtype=in_dtype, out_dtype=out_dtype, a_kmajor=bool(a_kmajor), b_kmajor=bool(b_kmajor),
                block_m=bm, block_n=bn, block_k=bk, consumers=consumers, stages=stages, group_m=group_m,
                has_bias=bool(has_bias), has_c=bool(has_c), a_tma=bool(a_tma), b_tma=bool(b_tma),
-               c_tma=bool(c_tma), persistent=bool(persistent))
+               c_tma=bool(c_tma), persistent=bool(persistent), split_k=int(split_k))
     cfg["key"] = tuple(cfg.values())     # hashable identity, used by make_args' cache
     return cfg
 
@@ -250,7 +321,7 @@ def template_args(cfg) -> str:
     return ", ".join([DTYPES[cfg["in_dtype"]].cpp, DTYPES[cfg["out_dtype"]].cpp, b(cfg["a_kmajor"]),
                       b(cfg["b_kmajor"])] + [str(i) for i in ints]
                      + [b(cfg["has_bias"]), b(cfg["has_c"]), b(cfg["a_tma"]), b(cfg["b_tma"]),
-                        b(cfg["c_tma"])])
+                        b(cfg["c_tma"]), str(int(cfg.get("split_k", 1)))])
 
 
 # ---- kernel arguments -----------------------------------------------------------------------------
@@ -280,7 +351,8 @@ class Args(ctypes.Structure):
         ("K", ctypes.c_int),
         ("alpha", ctypes.c_float),        # 484
         ("beta", ctypes.c_float),
-        ("_pad", ctypes.c_char * 20),     # struct is alignas(64): 492 -> 512
+        ("workspace", ctypes.c_void_p),   # 496 (split-K only)
+        ("_pad", ctypes.c_char * 8),      # struct is alignas(64): 504 -> 512
     ]
 
 
@@ -347,7 +419,7 @@ _ARGS_CACHE: dict = {}
 
 def make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, c_strides,
               bias_ptr=None, c_in_ptr=None, c_in_strides=None, alpha=1.0, beta=0.0,
-              encode_tensor_map=encode_tensor_map) -> Args:
+              encode_tensor_map=encode_tensor_map, workspace_ptr=0) -> Args:
     """Fill Args. a_shape = (M, K), b_shape = (K, N); strides in elements, in the same axis order;
     c_strides = (ldc, 1) (the output's columns must be contiguous).
 
@@ -355,12 +427,17 @@ def make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, 
     read-only."""
     key = (cfg.get("key"), a_ptr, tuple(a_shape), tuple(a_strides), b_ptr, tuple(b_shape), tuple(b_strides),
            c_ptr, tuple(c_strides), bias_ptr, c_in_ptr, tuple(c_in_strides) if c_in_strides else None,
-           float(alpha), float(beta), encode_tensor_map)
+           float(alpha), float(beta), encode_tensor_map, workspace_ptr)
     hit = _ARGS_CACHE.get(key)
     if hit is not None:
         return hit
     g = _make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, c_strides,
                    bias_ptr, c_in_ptr, c_in_strides, alpha, beta, encode_tensor_map)
+    if cfg.get("split_k", 1) > 1:
+        if not workspace_ptr:
+            raise InvalidArgumentError(f"split_k={cfg['split_k']} needs a device workspace of "
+                                       f"workspace_bytes(M, N, cfg) bytes with zeroed counters")
+        g.workspace = workspace_ptr
     if len(_ARGS_CACHE) >= _TMAP_CACHE_MAX:
         _ARGS_CACHE.clear()
     _ARGS_CACHE[key] = g

@@ -332,6 +332,18 @@ class _FastEntry:
         return out
 
 
+class _FastSplitEntry(_FastEntry):
+    """Repeat-call entry of a split-K launcher: its packed arguments also name the stream's workspace,
+    so the launcher packs and caches them (the plain entry above stays as it is)."""
+    __slots__ = ()
+
+    def run(self, ap, bp, out, alpha, beta):
+        N = self.N
+        self.launcher.run(ap, self.a_strides, bp, self.b_strides, out.data_ptr(), N, self.M, N, self.K, 0, 0, 0,
+                          alpha, beta, self.stream_of(self.index))
+        return out
+
+
 def _gemm_fast(a, b, out, out_dtype, alpha, beta):
     ap, bp = a.data_ptr(), b.data_ptr()
     if out is None:
@@ -360,7 +372,7 @@ def _remember_fast(a, b, out, allocated, requested_out_dtype, launcher, a_stride
            b.get_device())
     key += (requested_out_dtype,) if allocated else (requested_out_dtype, out.dtype, out.shape, out.stride(),
                                                      out.data_ptr() & 15, out.get_device())
-    e = _FastEntry()
+    e = _FastSplitEntry() if isinstance(launcher, _SplitKLauncher) else _FastEntry()
     e.launcher, e.a_strides, e.b_strides, e.M, e.N, e.K = launcher, a_strides, b_strides, M, N, K
     e.dtype, e.device, e.index, e.packed = out.dtype, out.device, dev.index, {}
     e.stream_of = torch._C._cuda_getCurrentRawStream
