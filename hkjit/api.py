@@ -11,19 +11,10 @@ def build(op: str, *, target: str, compiler: str | None = None, **params) -> Bui
     >>> b.key, len(b.code), b.meta["vgprs"]
     """
     spec, _plan = ops.get(op).specialize(targets.parse(target), **params)
-    built = jit.build_spec(spec, compiler)
-    _record(op, spec.target.id, params)
+    built = jit.build_spec(spec, compiler, request=params)
+    from . import deploy
+    deploy.record(op, spec.target.id, params)
     return built
-
-
-def _record(op, target, params):
-    try:
-        from . import deploy
-    except ImportError:
-        return
-    record = getattr(deploy, "record", None)
-    if record is not None:
-        record(op, target, params)
 
 
 def set_offline(flag: bool = True) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import cache as cache_mod
 from . import compiler as compiler_mod
 from . import spec as spec_mod
-from .errors import CompilerNotFoundError, HKJitError
+from .errors import CompilerNotFoundError, HKJitError, OfflineMissError
 from .spec import Specialization
 
 
@@ -52,7 +52,7 @@ def _spec_id(spec: Specialization, compiler) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def cache_key(spec: Specialization, compiler=None) -> str:
+def cache_key(spec: Specialization, compiler=None, request=None) -> str:
     """The cache key of `spec`. The key covers the compiler's identity, but asking a compiler
     who it is can cost more than the rest of a warm start (importing NVRTC alone: ~60 ms), so
     the key found last time is kept in an index beside the cache and reused while the compiler's
@@ -70,6 +70,8 @@ def cache_key(spec: Specialization, compiler=None) -> str:
             comp = compiler_mod.find_compiler(spec.target, compiler)
         except CompilerNotFoundError:
             key = _key_from_bundles(cache, spec)
+            if key is None and cache.offline:
+                key = _offline_key(cache, spec, request)
             if key is None:
                 raise
         else:
@@ -78,6 +80,15 @@ def cache_key(spec: Specialization, compiler=None) -> str:
             _index_store(cache, spec_id, key, comp.fingerprint())
     _keys[memo] = key
     return key
+
+
+def _offline_key(cache, spec, request):
+    """Offline with no compiler and no bundle holding `spec`: the key under the bundles' first
+    toolchain (so the cache reports the miss with its key and manifest line), else the miss itself."""
+    tcs = cache.toolchains(spec.target.id)
+    if tcs:
+        return cache_mod.make_key(spec_mod.key_parts(spec, tcs[0]["compiler"], tcs[0].get("flags") or []))
+    raise OfflineMissError("offline mode is on and no bundle holds " + _describe_miss(spec, None, request))
 
 
 def _key_from_bundles(cache, spec):
@@ -144,30 +155,37 @@ def _compile(spec: Specialization, key: str, compiler, cache):
     return build
 
 
-def build_spec(spec: Specialization, compiler=None, cache=None) -> Built:
+def build_spec(spec: Specialization, compiler=None, cache=None, request=None) -> Built:
+    """`request`: the hkjit.build keywords that give `spec` (for offline-miss messages)."""
     cache = cache or cache_mod.default_cache()
-    key = cache_key(spec, compiler)
+    key = cache_key(spec, compiler, request)
     entry, built = cache.get_or_build(key, _compile(spec, key, compiler, cache),
-                                      describe=lambda: _describe_miss(spec, key))
+                                      describe=lambda: _describe_miss(spec, key, request))
     return Built(spec.op, spec.target.id, key, entry.code, entry.meta, spec.param_dict, built)
 
 
-def _describe_miss(spec: Specialization, key: str) -> str:
-    params = " ".join(f"{k}={v}" for k, v in spec.params)
-    return (f"{spec.describe()} (key {key}).\nTo ship it, add this line to the precompile manifest "
-            f"and rebuild the bundle:\n  {spec.op} target={spec.target.id} {params}")
+def _describe_miss(spec: Specialization, key, request) -> str:
+    text = spec.describe() + (f" (key {key})" if key else "")
+    if request is None:
+        return text
+    from . import deploy
+    line = deploy.manifest_line(spec.op, spec.target.id, request)
+    return f"{text}.\nTo ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  {line}"
 
 
 _loaded: dict = {}   # (key, device kind, device index) -> loaded kernel
 
 
-def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None):
-    key = cache_key(spec, compiler)
+def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None, request=None):
+    key = cache_key(spec, compiler, request)
     slot = (key, device.kind, device.index)
     kernel = _loaded.get(slot)
     if kernel is not None:
         return kernel
-    built = build_spec(spec, compiler)
+    if request is not None:
+        from . import deploy
+        deploy.record(spec.op, spec.target.id, request)
+    built = build_spec(spec, compiler, request=request)
     try:
         kernel = device.load(built.code, spec.entry, dynamic_smem)
     except Exception as e:
@@ -175,7 +193,7 @@ def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None
             raise
         # A cached image the runtime rejects is as corrupt as a bad checksum: set it aside, rebuild.
         cache_mod.default_cache().invalidate(key, f"runtime rejected the image: {e}")
-        built = build_spec(spec, compiler)
+        built = build_spec(spec, compiler, request=request)
         kernel = device.load(built.code, spec.entry, dynamic_smem)
     _loaded[slot] = kernel
     return kernel

@@ -42,7 +42,7 @@ def _inputs(M, N, K, dtype, layout, copies):
     return sets
 
 
-def run(shapes=None, quick=False, layouts=("nn", "nt"), dtype_name="bfloat16", log=print, **tile_overrides):
+def run(shapes=None, quick=False, layouts=("nn", "nt"), dtype_name="bfloat16", log=print, rounds=3, **tile_overrides):
     import torch
     import hkjit
     shapes = shapes or (SHAPES_QUICK if quick else SHAPES_FULL)
@@ -67,16 +67,23 @@ def run(shapes=None, quick=False, layouts=("nn", "nt"), dtype_name="bfloat16", l
                     it["i"] += 1
                     fn(x, y, o)
                 return call
-            t_hk = _bench(step(lambda x, y, o: hkjit.gemm(x, y, out=o, **tile_overrides)))
-            t_cb = _bench(step(lambda x, y, o: torch.matmul(x, y, out=o)))
+            # Alternate the two, three rounds each: clocks and neighbours drift, and a single
+            # back-to-back pair can favour either side by several percent.
+            hk_times, cb_times = [], []
+            for _ in range(rounds):
+                cb_times.append(_bench(step(lambda x, y, o: torch.matmul(x, y, out=o))))
+                hk_times.append(_bench(step(lambda x, y, o: hkjit.gemm(x, y, out=o, **tile_overrides))))
+            t_hk, t_cb = statistics.median(hk_times), statistics.median(cb_times)
             flops = 2.0 * M * N * K
             row = {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype_name,
                    "hkjit_ms": t_hk, "cublas_ms": t_cb, "hkjit_tflops": flops / t_hk / 1e9,
                    "cublas_tflops": flops / t_cb / 1e9, "ratio": t_cb / t_hk, "rel_err": err,
+                   "cublas_spread": max(cb_times) / min(cb_times) - 1, "hkjit_spread": max(hk_times) / min(hk_times) - 1,
                    "correct": bool(err < 1e-2)}
             rows.append(row)
             log(f"  gemm {M:>6}x{N:>6}x{K:>6} {layout}  hkjit {row['hkjit_tflops']:7.1f} TFLOP/s  "
-                f"cuBLAS {row['cublas_tflops']:7.1f}  ratio {row['ratio']:5.2f}x  err {err:.1e}"
+                f"cuBLAS {row['cublas_tflops']:7.1f}  ratio {row['ratio']:5.2f}x  (spread hkjit {row['hkjit_spread']:.0%}, "
+                f"cuBLAS {row['cublas_spread']:.0%})  err {err:.1e}"
                 + ("" if row["correct"] else "  WRONG"))
             del sets
             torch.cuda.empty_cache()

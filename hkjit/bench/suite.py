@@ -150,12 +150,15 @@ def markdown(results, plots=()) -> str:
     out += [f"| {k} | {v} |" for k, v in env.items() if k not in ("command", "date")]
     if results.get("gemm"):
         out += ["", "## GEMM vs torch.matmul (cuBLAS), bf16, same process", "",
-                "Medians of CUDA-event timings (triton.testing.do_bench), inputs rotated past L2, each "
+                "Medians of CUDA-event timings (triton.testing.do_bench), hkjit and cuBLAS alternated over three "
+                "rounds (the spread columns give max/min − 1 across rounds), inputs rotated past L2, each "
                 "configuration checked against a float32 reference first. `nt` = B transposed (A·Bᵀ).", "",
-                "| M×N×K | layout | hkjit TFLOP/s | cuBLAS TFLOP/s | ratio | rel. error |", "|---|---|---|---|---|---|"]
+                "| M×N×K | layout | hkjit TFLOP/s | cuBLAS TFLOP/s | ratio | spread hkjit / cuBLAS | rel. error |",
+                "|---|---|---|---|---|---|---|"]
         for r in results["gemm"]:
             out.append(f"| {r['M']}×{r['N']}×{r['K']} | {r['layout']} | {r['hkjit_tflops']:.1f} | "
-                       f"{r['cublas_tflops']:.1f} | {r['ratio']:.3f} | {r['rel_err']:.1e} |")
+                       f"{r['cublas_tflops']:.1f} | {r['ratio']:.3f} | {r['hkjit_spread']:.1%} / "
+                       f"{r['cublas_spread']:.1%} | {r['rel_err']:.1e} |")
         for p in plots:
             out += ["", f"![{Path(p).stem}]({Path(p).name if 'img' not in p else 'img/' + Path(p).name})"]
     if results.get("hot_path"):

@@ -401,11 +401,13 @@ def _make_launcher(dev, M, N, K, in_dtype, out_dtype, a_layout, b_layout, a_alig
             raise DTypeError(f"gemm: {name} has dtype {arr.dtype.name}; it must have the output dtype "
                              f"({out_dtype}); convert it first")
     num_sms = getattr(dev, "multiprocessors", None) or dev.target.compute_units
-    spec, cfg = GEMM.specialize(dev.target, m=M, n=N, k=K, dtype=in_dtype, out_dtype=out_dtype,
-                                a_layout=a_layout, b_layout=b_layout, bias=Bias is not None, c=C is not None,
-                                num_sms=num_sms, a_align=a_align, b_align=b_align, c_align=c_align, **overrides)
+    # The hkjit.build keywords that reproduce this kernel (recorded for HKJIT_RECORD manifests).
+    request = dict(m=M, n=N, k=K, dtype=in_dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout,
+                   bias=Bias is not None, c=C is not None, num_sms=num_sms, a_align=a_align, b_align=b_align,
+                   c_align=c_align, **overrides)
+    spec, cfg = GEMM.specialize(dev.target, **request)
     mod = _arch_module(dev.target)
-    kernel = jit.load_spec(spec, dev, mod.dynamic_smem(cfg), compiler)
+    kernel = jit.load_spec(spec, dev, mod.dynamic_smem(cfg), compiler, request)
     if isinstance(cfg, dict) and cfg.get("split_k", 1) > 1:
         return _SplitKLauncher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev, M, N)
     return _Launcher(kernel, cfg, mod, mod.grid(M, N, K, cfg, num_sms), dev)

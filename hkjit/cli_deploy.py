@@ -1,0 +1,235 @@
+"""`hkjit precompile`, `hkjit bundle ...` and `hkjit cache ...`: argument parsers and handlers.
+
+hkjit/cli.py calls `add_parsers(subparsers)`; each handler takes the parsed arguments and returns
+the exit status (0 fine, 1 something failed: a compile, a verification)."""
+
+import json
+import sys
+import time
+
+from . import cache as cache_mod
+from . import deploy
+
+
+def add_parsers(sub) -> None:
+    _add_precompile(sub)
+    _add_bundle(sub)
+    _add_cache(sub)
+
+
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# ------------------------------------------------------------------------------------ precompile
+
+def _add_precompile(sub):
+    p = sub.add_parser("precompile", help="compile every specialisation a manifest names into a bundle (no GPU needed)",
+                       description="Cross-compile the specialisations named by a manifest (TOML; see "
+                                   "docs/deployment.md) and write them as a bundle for HKJIT_BUNDLE_PATH.")
+    p.add_argument("--shapes", "--manifest", dest="manifest", required=True, metavar="FILE",
+                   help="manifest file (TOML), e.g. one recorded with HKJIT_RECORD=FILE")
+    p.add_argument("--arch", type=_csv, metavar="A,B,...",
+                   help="targets to build every entry for (e.g. gfx942,gfx950,sm_90a); replaces the targets "
+                        "the manifest names")
+    p.add_argument("--ops", type=_csv, metavar="OP,...", help="build only these ops")
+    p.add_argument("-o", "--output", required=True, metavar="DIR|FILE.zip",
+                   help="bundle to write: a directory, or a single archive when it ends in .zip")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="compiles at a time (default: CPU count)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_precompile)
+
+
+def cmd_precompile(args) -> int:
+    jobs = deploy.load_manifest(args.manifest, archs=args.arch, ops=set(args.ops) if args.ops else None)
+    if not jobs:
+        print(f"hkjit: {args.manifest} names no specialisation" + (" for those ops" if args.ops else ""),
+              file=sys.stderr)
+        return 1
+    cache_mod.set_offline(False)   # precompiling is compiling, whatever HKJIT_OFFLINE says
+    progress = None if args.no_progress else _Progress(sys.stderr)
+    report = deploy.precompile(jobs, args.output, parallel=args.jobs, progress=progress)
+    if progress:
+        progress.done()
+    if args.json:
+        print(json.dumps(_report_json(report), indent=1))
+    else:
+        print(report.summary())
+    return 1 if report.failed else 0
+
+
+def _report_json(report) -> dict:
+    return {
+        "bundle": str(report.bundle), "entries": report.entries,
+        "compiled": report.count("compiled"), "reused": report.count("reused"), "failed": report.count("failed"),
+        "results": [{"op": o.job.op, "target": o.job.target, "params": o.job.param_dict, "status": o.status,
+                     "key": o.key, "seconds": round(o.seconds, 3), "error": o.error} for o in report.outcomes],
+    }
+
+
+class _Progress:
+    """A one-line bar on a terminal; one line per finished specialisation in a log."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.counts = {"compiled": 0, "reused": 0, "failed": 0}
+        self.t0 = time.monotonic()
+
+    def __call__(self, done: int, total: int, outcome):
+        self.counts[outcome.status] += 1
+        tally = " ".join(f"{k} {v}" for k, v in self.counts.items())
+        if self.tty:
+            filled = int(30 * done / total)
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {tally} "
+                              f"{time.monotonic() - self.t0:5.0f}s")
+        else:
+            self.stream.write(f"[{done}/{total}] {outcome.status:8s} {outcome.job.describe()} "
+                              f"({outcome.seconds:.1f}s)\n")
+        self.stream.flush()
+
+    def done(self):
+        if self.tty:
+            self.stream.write("\n")
+
+
+# --------------------------------------------------------------------------------------- bundle
+
+def _add_bundle(sub):
+    p = sub.add_parser("bundle", help="inspect and check precompiled bundles")
+    bsub = p.add_subparsers(dest="bundle_command", required=True)
+    v = bsub.add_parser("verify", help="check every entry of a bundle against its manifest")
+    v.add_argument("paths", nargs="+", metavar="BUNDLE")
+    v.set_defaults(func=cmd_bundle_verify)
+    ls = bsub.add_parser("ls", help="list a bundle's kernels")
+    ls.add_argument("path", metavar="BUNDLE")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_bundle_ls)
+
+
+def cmd_bundle_verify(args) -> int:
+    status = 0
+    for path in args.paths:
+        problems = deploy.verify_bundle(path)
+        if problems:
+            status = 1
+            print(f"{path}: {len(problems)} problem(s)")
+            for line in problems:
+                print(f"  {line}")
+        else:
+            print(f"{path}: OK ({len(deploy.describe_bundle(path))} entries)")
+    return status
+
+
+def cmd_bundle_ls(args) -> int:
+    records = deploy.describe_bundle(args.path)
+    if args.json:
+        print(json.dumps(records, indent=1))
+        return 0
+    for r in records:
+        params = " ".join(f"{k}={v}" for k, v in sorted(r.get("params", {}).items()))
+        print(f"{r['key'][:16]}  {r['op']:8s} {r['target']:10s} {_human(r['size']):>8s}  {params}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- cache
+
+def _add_cache(sub):
+    p = sub.add_parser("cache", help="list, check, prune, clear, export or import the kernel cache")
+    csub = p.add_subparsers(dest="cache_command", required=True)
+    ls = csub.add_parser("ls", help="list cached kernels, least recently used first")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_cache_ls)
+    st = csub.add_parser("stats", help="size and counts")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_cache_stats)
+    csub.add_parser("verify", help="check every entry's checksum; set corrupt ones aside").set_defaults(
+        func=cmd_cache_verify)
+    pr = csub.add_parser("prune", help="evict least recently used entries down to a size")
+    pr.add_argument("--max-size", required=True, help="e.g. 2G, 500M (powers of 1024)")
+    pr.add_argument("--grace", type=float, default=None,
+                    help=f"never evict entries used in the last N seconds (default {cache_mod.PRUNE_GRACE_S:.0f})")
+    pr.set_defaults(func=cmd_cache_prune)
+    csub.add_parser("clear", help="remove every entry not in use right now").set_defaults(func=cmd_cache_clear)
+    ex = csub.add_parser("export", help="write cached kernels as a bundle")
+    ex.add_argument("dest", metavar="DIR|FILE.zip")
+    ex.add_argument("--ops", type=_csv)
+    ex.add_argument("--arch", type=_csv)
+    ex.set_defaults(func=cmd_cache_export)
+    im = csub.add_parser("import", help="copy a bundle's kernels into the cache")
+    im.add_argument("source", metavar="BUNDLE")
+    im.set_defaults(func=cmd_cache_import)
+
+
+def cmd_cache_ls(args) -> int:
+    infos = sorted(cache_mod.default_cache().entries(), key=lambda i: i.last_used)
+    if args.json:
+        print(json.dumps([{"key": i.key, "path": str(i.path), "size": i.size, "created": i.created,
+                           "last_used": i.last_used, "meta": i.meta, "problem": i.problem} for i in infos], indent=1))
+        return 0
+    for i in infos:
+        what = i.problem or " ".join(f"{k}={v}" for k, v in sorted((i.meta.get("params") or {}).items()))
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.last_used))
+        print(f"{i.key[:16]}  {i.meta.get('op', '?'):8s} {i.meta.get('target', '?'):10s} "
+              f"{_human(i.size):>8s}  {used}  {what}")
+    return 0
+
+
+def cmd_cache_stats(args) -> int:
+    stats = cache_mod.default_cache().stats()
+    if args.json:
+        print(json.dumps(stats, indent=1))
+        return 0
+    cap = _human(stats["max_size"]) if stats["max_size"] is not None else "none (HKJIT_CACHE_MAX_SIZE)"
+    print(f"cache {stats['root']}: {stats['entries']} entries, {_human(stats['bytes'])}, cap {cap}, "
+          f"{stats['quarantined']} quarantined")
+    for b in stats["bundles"]:
+        print(f"bundle {b}")
+    return 0
+
+
+def cmd_cache_verify(args) -> int:
+    cache = cache_mod.default_cache()
+    problems = cache.verify()
+    for path, problem in problems:
+        print(f"{path}: {problem} (moved to {cache.root / 'quarantine'})")
+    print(f"{len(cache.entries())} entries OK, {len(problems)} corrupt")
+    return 1 if problems else 0
+
+
+def cmd_cache_prune(args) -> int:
+    cache = cache_mod.default_cache()
+    report = cache.prune(args.max_size, grace=args.grace)
+    print(f"removed {report['removed']} entries ({_human(report['freed'])}); {report['kept']} left "
+          f"({_human(report['bytes'])}); {report['skipped_in_use']} in use were kept")
+    return 0
+
+
+def cmd_cache_clear(args) -> int:
+    report = cache_mod.default_cache().clear()
+    print(f"removed {report['removed']} entries ({_human(report['freed'])})"
+          + (f"; {report['skipped_in_use']} in use were kept" if report["skipped_in_use"] else ""))
+    return 0
+
+
+def cmd_cache_export(args) -> int:
+    count = deploy.export_cache(cache_mod.default_cache(), args.dest, ops=args.ops, targets=args.arch)
+    print(f"exported {count} entries to {args.dest}")
+    return 0
+
+
+def cmd_cache_import(args) -> int:
+    cache = cache_mod.default_cache()
+    count = deploy.import_bundle(cache, args.source)
+    print(f"imported {count} entries from {args.source} into {cache.root}")
+    return 0
+
+
+def _human(size) -> str:
+    if size < 1024:
+        return f"{size} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}"
