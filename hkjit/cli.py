@@ -70,7 +70,7 @@ def cmd_inspect(args):
 def cmd_bench(args):
     from .bench import suite
     suite.run(tuple(args.ops) or suite.OPS, quick=args.quick, json_path=args.json, plot_dir=args.plot,
-              markdown_path=args.markdown)
+              markdown_path=args.markdown, merge_paths=args.merge, gpu=not args.no_gpu)
     return 0
 
 
@@ -94,6 +94,9 @@ def build_parser():
     bench.add_argument("--json", help="write all results as JSON")
     bench.add_argument("--plot", help="write PNG plots into this folder")
     bench.add_argument("--markdown", help="write the report (e.g. docs/benchmarks.md)")
+    bench.add_argument("--merge", nargs="*", default=(), metavar="JSON",
+                       help="take sections this run cannot measure from earlier --json results")
+    bench.add_argument("--no-gpu", action="store_true", help="skip the GPU sections even if a GPU is present")
     bench.set_defaults(func=cmd_bench)
     try:
         from . import cli_deploy

@@ -196,10 +196,34 @@ def markdown(results, plots=()) -> str:
     return "\n".join(out) + "\n"
 
 
-def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None) -> dict:
+def _amd_compiler_missing():
+    from .. import compiler, targets
+    try:
+        compiler.find_compiler(targets.parse("gfx950"))
+        return None
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def merge(results: dict, paths) -> dict:
+    """Fill the sections this run did not produce from earlier runs' JSON (e.g. the GPU sections
+    measured on a GPU machine, the AMD sections on a machine with clang)."""
+    for path in paths or ():
+        earlier = json.loads(Path(path).read_text())
+        for section, value in earlier.items():
+            if section == "env":
+                for k, v in value.items():
+                    results["env"].setdefault(k if k not in results["env"] else f"gpu run {k}", v)
+            elif not results.get(section):
+                results[section] = value
+    return results
+
+
+def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None, merge_paths=(),
+        gpu=True) -> dict:
     results = {"env": environment()}
     _log(f"hkjit bench on {results['env'].get('device', 'no GPU (static AMD report and simulator only)')}")
-    have_gpu = bool(runtime.gpu_count("cuda"))
+    have_gpu = gpu and bool(runtime.gpu_count("cuda"))
     shapes = None
     if have_gpu and "gemm" in ops:
         from . import gemm, jit_overhead
@@ -212,18 +236,24 @@ def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None)
         results["warm_start"] = {"import_ms": imp, "first_result_ms": first}
         _log(f"warm start: import {imp:.1f} ms, first result {first:.1f} ms")
     _log("\nCold compile:")
-    results["cold_compile"] = cold_compile()
+    results["cold_compile"] = cold_compile(("sm_90a",) + (() if _amd_compiler_missing() else ("gfx950", "gfx942")))
     for r in results["cold_compile"]:
         _log(f"  {r['op']} {r['target']}: " + (f"{r['seconds']:.2f} s" if "seconds" in r else r["error"]))
-    _log("\nAMD static report:")
-    from .gemm import SHAPES_FULL, SHAPES_QUICK
-    results["static_amd"] = static_amd(shapes or (SHAPES_QUICK if quick else SHAPES_FULL))
-    for r in results["static_amd"]:
-        _log(f"  {r}")
-    _log("\nSimulator:")
-    results["simulator"] = simulator_checks()
-    for r in results["simulator"]:
-        _log(f"  {r}")
+    missing = _amd_compiler_missing()
+    if missing:
+        _log(f"\nAMD static report and simulator skipped: no AMD compiler here ({missing})")
+        results["amd_skipped"] = missing
+    else:
+        _log("\nAMD static report:")
+        from .gemm import SHAPES_FULL, SHAPES_QUICK
+        results["static_amd"] = static_amd(shapes or (SHAPES_QUICK if quick else SHAPES_FULL))
+        for r in results["static_amd"]:
+            _log(f"  {r}")
+        _log("\nSimulator:")
+        results["simulator"] = simulator_checks()
+        for r in results["simulator"]:
+            _log(f"  {r}")
+    merge(results, merge_paths)
     plots = plot(results, plot_dir) if plot_dir and results.get("gemm") else []
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2, default=str))
