@@ -21,6 +21,7 @@ class Section:
     name: str
     type: int
     flags: int
+    addr: int
     offset: int
     size: int
     info: int
@@ -41,7 +42,11 @@ def _sections(code: bytes) -> list[Section]:
     def name(off):
         end = code.index(b"\0", names_off + off)
         return code[names_off + off:end].decode()
-    return [Section(name(r[0]), r[1], r[2], r[4], r[5], r[7], r[6], r[9]) for r in raw]
+    return [Section(name(r[0]), r[1], r[2], r[3], r[4], r[5], r[7], r[6], r[9]) for r in raw]
+
+
+def sections(code: bytes) -> list[Section]:
+    return _sections(code)
 
 
 def section_bytes(code: bytes, section: Section) -> bytes:
@@ -60,7 +65,7 @@ def symbols(code: bytes) -> dict[str, tuple[int, int, int]]:
             st_name, _info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", code, off)
             if st_name:
                 start = strtab.offset + st_name
-                out[code[start:code.index(b"\0", start)].decode()] = (value, size, shndx)
+                out.setdefault(code[start:code.index(b"\0", start)].decode(), (value, size, shndx))
     return out
 
 
