@@ -5,8 +5,10 @@
 // A is M x K and B is K x N, each either K-major (unit stride along K) or MN-major (unit stride
 // along M / N), read in place from its strides. D, bias and Cin have the output type; bias and
 // Cin may be null; Cin is read only when beta != 0. Any M, N, K >= 1: global reads go through
-// buffer resources whose num_records ends at the matrix (lanes past it read 0, never fault),
-// the ragged last K-step is zeroed in LDS before it is read, and stores are bounds-checked.
+// buffer resources whose num_records ends at the matrix (lanes past it read 0, never fault; no
+// part of an address goes into the unchecked soffset), the one load chunk that straddles a
+// matrix's end is re-read element by element, the ragged last K-step is zeroed in LDS before it
+// is read, and stores are bounds-checked.
 //
 // LOAD_BYTES (4, or 16 on gfx950) is the direct-to-LDS width per lane: every global row start
 // (base pointer, leading-dimension stride) must be aligned to it (hkjit checks before launch).
@@ -127,15 +129,44 @@ struct gemm_cdna {
     const int T = hk::ceil_div(g.K, BK);
     const int arow = wr * WTM, bcol = wc * WTN;
 
-    // Ragged K: the last tile's K indices >= kl are zeroed in LDS (both operands; a finite or
-    // NaN/Inf neighbour row must not meet a zero) by all waves, between two barriers.
-    auto zero_tail = [&](int stage, int kl) {
-      const int tid = hk::thread_id();
-      if constexpr (A_KMAJOR) hk::zero_region(sA[stage], 0, BM, kl, BK, tid, threads);
-      else hk::zero_region(sA[stage], kl, BK, 0, BM, tid, threads);
-      if constexpr (B_KMAJOR) hk::zero_region(sB[stage], 0, BN, kl, BK, tid, threads);
-      else hk::zero_region(sB[stage], kl, BK, 0, BN, tid, threads);
-      hk::sync_lds();
+    // The last tile, once its loads completed and before anyone reads it, is patched by all
+    // waves in up to two extra barrier-separated phases (uniform per block):
+    //  * the direct-to-LDS chunk holding a matrix's last element straddles the end of the
+    //    buffer when the unit-stride extent (K of a K-major operand, M/N of an MN-major one) is
+    //    not a whole number of chunks; its range check is per dword (or per access), so valid
+    //    elements in it read 0: blocks holding that element reload the chunk element by element
+    //    (hk::fix_last_chunk; wave 0 for A, wave 1 for B).
+    //  * ragged K: K indices >= kl are zeroed in LDS (both operands; a K-major row's tail holds
+    //    the next row's data, and a finite or NaN/Inf value must not meet a zero).
+    // Two phases, not one: the chunk and the zeroed tail can share dwords of one row.
+    constexpr int EPC = LOAD_BYTES / (int)sizeof(TIn);   // elements per direct-to-LDS chunk
+    const bool a_fix = (A_KMAJOR ? g.K : g.M) % EPC != 0 && tm == tiles_m - 1;
+    const bool b_fix = (B_KMAJOR ? g.K : g.N) % EPC != 0 && tn == tiles_n - 1;
+    auto tail = [&](int stage, int kl, int t) {
+      if (a_fix || b_fix) {
+        const long long k0 = (long long)t * BK;
+        if (a_fix && wave == 0) {
+          const long long ao = (long long)m0 * g.a_stride_m + k0 * g.a_stride_k;
+          const long long left = (a_end - ao) * (long long)sizeof(TIn);
+          if constexpr (A_KMAJOR) hk::fix_last_chunk<LOAD_BYTES>(sA[stage], A + ao, left, a_rs, g.M - 1 - m0, kl - 1);
+          else hk::fix_last_chunk<LOAD_BYTES>(sA[stage], A + ao, left, a_rs, kl - 1, g.M - 1 - m0);
+        }
+        if (b_fix && wave == 1) {
+          const long long bo = k0 * g.b_stride_k + (long long)n0 * g.b_stride_n;
+          const long long left = (b_end - bo) * (long long)sizeof(TIn);
+          if constexpr (B_KMAJOR) hk::fix_last_chunk<LOAD_BYTES>(sB[stage], B + bo, left, b_rs, g.N - 1 - n0, kl - 1);
+          else hk::fix_last_chunk<LOAD_BYTES>(sB[stage], B + bo, left, b_rs, kl - 1, g.N - 1 - n0);
+        }
+        hk::sync_lds();
+      }
+      if (kl < BK) {
+        const int tid = hk::thread_id();
+        if constexpr (A_KMAJOR) hk::zero_region(sA[stage], 0, BM, kl, BK, tid, threads);
+        else hk::zero_region(sA[stage], kl, BK, 0, BM, tid, threads);
+        if constexpr (B_KMAJOR) hk::zero_region(sB[stage], 0, BN, kl, BK, tid, threads);
+        else hk::zero_region(sB[stage], kl, BK, 0, BN, tid, threads);
+        hk::sync_lds();
+      }
     };
     // One K-step of the double-buffered schedule (four phases, a barrier after each).
     auto step2 = [&](int t) {
@@ -168,14 +199,14 @@ struct gemm_cdna {
       if (group == 1) hk::barrier();   // ping-pong: the second group runs one phase behind
       for (int t = 0; t < T - 1; ++t) step2(t);
       if (PINGPONG && group == 0) hk::barrier();   // realign the groups (balances the one above)
-      if (kl_last < BK) zero_tail((T - 1) & 1, kl_last);
+      tail((T - 1) & 1, kl_last, T - 1);
       step2(T - 1);
     } else {
       for (int t = 0; t < T; ++t) {
         issue(t, 0);
         hk::wait_vm<0>();
         hk::barrier();
-        if (t == T - 1 && kl_last < BK) zero_tail(0, kl_last);
+        if (t == T - 1) tail(0, kl_last, t);
         read_a(ra, sA[0], arow);
         read_b(rb, sB[0], bcol);
         hk::wait_lgkm<0>();

@@ -2,7 +2,7 @@
 
 * every default configuration compiles for gfx942 and gfx950 with clang-22: 0 spills, LDS within
   the limit, MFMA instructions per K-step (main loop of the disassembly) = tile arithmetic, kernel
-  symbol `hkjit_gemm`, kernarg size = ctypes Args;
+  symbol `hkjit_gemm`, kernarg size = ctypes Args, every direct-to-LDS load's soffset the constant 0;
 * override validation errors;
 * a NumPy model of the tile -> lane data path (direct-to-LDS chunk placement with the swizzles,
   fragment reads incl. ds_read_b64_tr_b16 semantics, MFMA operand/accumulator layouts, epilogue
@@ -63,6 +63,8 @@ def test_default_config_compiles_clean(arch, label, cfg, workdir):
     # every A and B byte of a K-step arrives by direct-to-LDS loads
     per_wave = (cfg["block_m"] + cfg["block_n"]) * cfg["block_k"] * 2 // (64 * cfg["load_bytes"] * cfg["waves"])
     assert s["lds_dma_loop"] == per_wave
+    # no direct-to-LDS load carries an address part in soffset (outside the buffer range check)
+    assert s["lds_dma_total"] > 0 and s["lds_dma_soffset"] == 0
     assert n["args_size"] == ctypes.sizeof(G.Args) == 128
 
 
@@ -257,7 +259,7 @@ def _model_gemm(A, B, bm, bn, bk, waves, mi, mk, ch, a_km, b_km, kinds):
     Ap[:min(M, bm), :K] = A[:bm]
     Bp = np.zeros((-(-K // bk) * bk + 64, bn))
     Bp[:K, :min(N, bn)] = B[:, :bn]
-    # garbage beyond K that only zero_tail removes (K-major rows wrap into the next row)
+    # garbage beyond K that only the tail zeroing removes (K-major rows wrap into the next row)
     Ap[:, K:] = 7.0
     Bp[K:, :] = 5.0
     C = np.zeros((bm, bn))
@@ -270,7 +272,7 @@ def _model_gemm(A, B, bm, bn, bk, waves, mi, mk, ch, a_km, b_km, kinds):
         bsrc = Bp[t * bk:(t + 1) * bk + 64, :]
         _load_tile(ta, asrc if a_km else np.ascontiguousarray(asrc.T), waves, ch)
         _load_tile(tb, np.ascontiguousarray(bsrc.T) if b_km else bsrc, waves, ch)
-        if kl < bk:  # zero_tail
+        if kl < bk:  # tail zeroing (hk::zero_region)
             for tile, km, ext in ((ta, a_km, bm), (tb, b_km, bn)):
                 for x in range(ext):
                     for k in range(kl, bk):

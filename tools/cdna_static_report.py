@@ -129,6 +129,10 @@ def stats(insts):
         "loop_insts": len(body),
         "lds_dma_total": count(insts, lambda i: i[1].startswith("buffer_load") and i[2].endswith(" lds")),
         "lds_dma_loop": count(body, lambda i: i[1].startswith("buffer_load") and i[2].endswith(" lds")),
+        # direct-to-LDS loads whose soffset is not the constant 0: a raw buffer's range check
+        # leaves soffset out, so an offset carried there escapes num_records (must stay 0)
+        "lds_dma_soffset": count(insts, lambda i: i[1].startswith("buffer_load") and i[2].endswith(" lds")
+                                 and [x.strip() for x in i[2].split(",")][2].split()[0] != "0"),
         "ds_read_loop": {op: count(body, lambda i, op=op: i[1] == op)
                          for op in sorted({i[1] for i in body if i[1].startswith("ds_read")})},
         "ds_read_total": count(insts, lambda i: i[1].startswith("ds_read")),
@@ -201,7 +205,8 @@ def main(argv=None):
             n, s = r["notes"], r["stats"]
             ok = (n["vgpr_spill_count"] == 0 and n["sgpr_spill_count"] == 0 and s["scratch"] == 0
                   and n["group_segment_fixed_size"] <= G.lds_bytes(cfg) <= parse_target(arch).smem_per_block
-                  and r["mfma_per_kstep_block"] == r["mfma_expected"] and "hkjit_gemm" in n["symbols"])
+                  and r["mfma_per_kstep_block"] == r["mfma_expected"] and "hkjit_gemm" in n["symbols"]
+                  and s["lds_dma_soffset"] == 0)
             bad += not ok
             ds = " ".join(f"{k.replace('ds_read_', '')}:{v}" for k, v in s["ds_read_loop"].items())
             rows.append((arch, label, f"{n['vgpr_count']}/{n.get('agpr_count', 0)}/{n['sgpr_count']}",

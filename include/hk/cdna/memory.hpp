@@ -23,8 +23,11 @@ HK_INLINE buffer make_buffer(const gl<T>& g, int b, int d, int r, int c) {
 // prove disjoint (which would serialize the pipeline). The caller owns the synchronization:
 // load_async_wait<N>() (vmcnt) on the issuing wave, then a barrier, before any wave reads.
 namespace detail {
+// num_records is clamped to 2^31 - 1 (not 2^32 - 1) so that tile_loader can step it down with
+// signed scalar arithmetic: every lane offset of a tile is below 2^31 (hkjit checks the leading
+// dimension before launch), so the clamp never cuts data a tile reads.
 HK_INLINE vec<int, 4> rsrc_words(const void* p, long long num_bytes) {
-  const long long n = num_bytes < 0 ? 0 : (num_bytes > 0xFFFFFFFFll ? 0xFFFFFFFFll : num_bytes);
+  const long long n = num_bytes < 0 ? 0 : (num_bytes > 0x7FFFFFFFll ? 0x7FFFFFFFll : num_bytes);
   const unsigned long long a = (unsigned long long)p;
   vec<int, 4> w;
   w[0] = (int)(u32)a;
@@ -34,14 +37,30 @@ HK_INLINE vec<int, 4> rsrc_words(const void* p, long long num_bytes) {
   return w;
 }
 template <int CH>
-HK_INLINE void buffer_load_lds(vec<int, 4> rsrc, u32 lds_addr, u32 voffset, u32 soffset) {
+HK_INLINE void buffer_load_lds(vec<int, 4> rsrc, u32 lds_addr, u32 voffset) {
   static_assert(CH == 4 || CH == 16, "direct-to-LDS chunk of 4 or 16 bytes");
   if constexpr (CH == 16)
-    asm volatile("buffer_load_dwordx4 %1, %2, %3 offen lds"
-                 :: "{m0}"(lds_addr), "v"(voffset), "s"(rsrc), "s"(soffset) : "memory");
+    asm volatile("buffer_load_dwordx4 %1, %2, 0 offen lds" :: "{m0}"(lds_addr), "v"(voffset), "s"(rsrc) : "memory");
   else
-    asm volatile("buffer_load_dword %1, %2, %3 offen lds"
-                 :: "{m0}"(lds_addr), "v"(voffset), "s"(rsrc), "s"(soffset) : "memory");
+    asm volatile("buffer_load_dword %1, %2, 0 offen lds" :: "{m0}"(lds_addr), "v"(voffset), "s"(rsrc) : "memory");
+}
+// The same load through a resource the compiler must treat as changed by it ("+s"), then the
+// resource moved `step` bytes on (base + step, num_records - step, not below 0). The chain
+// keeps one resource live per operand: without it the compiler precomputes every
+// instruction's resource up front and runs out of SGPRs.
+template <int CH>
+HK_INLINE void buffer_load_lds_step(vec<int, 4>& rsrc, u32 lds_addr, u32 voffset, u32 step) {
+  static_assert(CH == 4 || CH == 16, "direct-to-LDS chunk of 4 or 16 bytes");
+  if constexpr (CH == 16)
+    asm volatile("buffer_load_dwordx4 %1, %0, 0 offen lds" : "+s"(rsrc) : "v"(voffset), "{m0}"(lds_addr) : "memory");
+  else
+    asm volatile("buffer_load_dword %1, %0, 0 offen lds" : "+s"(rsrc) : "v"(voffset), "{m0}"(lds_addr) : "memory");
+  const unsigned long long a = (((unsigned long long)(u32)rsrc[1] << 32) | (u32)rsrc[0]) + step;
+  rsrc[0] = (int)(u32)a;
+  rsrc[1] = (int)(u32)(a >> 32);   // still < 2^48: the stride bits above stay 0
+  // num_records <= 2^31 - 1 (rsrc_words) and step < 2^31: a signed max, s_sub_i32 + s_max_i32
+  // (an unsigned saturating subtract would be a VALU op, illegal in the resource operand)
+  rsrc[2] = max(rsrc[2] - (int)step, 0);
 }
 // Does swizzle f repeat every `step` rows (so one lane's offsets differ by a uniform amount)?
 template <typename ST>
@@ -58,8 +77,11 @@ constexpr bool swizzle_periodic(int step_rows) {
 // writes 64 consecutive chunks of LDS (M0 + lane * CH); the swizzle is applied by choosing which
 // global chunk each lane fetches. Offsets are computed once (init) and reused for every tile
 // of the same matrix: only the buffer base moves. Where the swizzle repeats every
-// NW * IB / row_bytes rows, one VGPR of offset serves all of a wave's instructions (the rest is
-// a uniform soffset).
+// NW * IB / row_bytes rows, one VGPR of offset serves all of a wave's instructions: instruction
+// i then reads through a buffer whose base is moved i * step_bytes further (and whose
+// num_records shrinks by as much). The step must go into the resource, not into `soffset`:
+// a raw buffer's range check covers voffset + the instruction offset only, so a step carried
+// in soffset would let lanes past the end of the matrix read real memory instead of 0.
 template <typename ST, int NW, int CH_ = arch::lds_dma_bytes>
 struct tile_loader {
   using T = typename ST::dtype;
@@ -89,18 +111,19 @@ struct tile_loader {
       voff[i] = (u32)((r * row_stride + c) * (long long)sizeof(T));
     }
   }
-  HK_INLINE void issue(ST& dst, vec<int, 4> rsrc) const {
+  // Issue the loads of the tile whose first element is at p, in a matrix ending `bytes_left`
+  // bytes after p: every lane whose chunk lies past the end reads 0 (a chunk that straddles the
+  // end is range-checked per dword, or as a whole: see fix_last_chunk).
+  HK_INLINE void issue(ST& dst, const T* p, long long bytes_left) const {
     const u32 lds0 = (u32)(unsigned long long)(HK_LDS void*)dst.data;
+    vec<int, 4> rsrc = detail::rsrc_words(p, bytes_left);
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const u32 lds = lds0 + (u32)((i * NW + wave) * IB);
-      if constexpr (UNIFORM_STEP) detail::buffer_load_lds<CH>(rsrc, lds, voff[0], (u32)i * step_bytes);
-      else detail::buffer_load_lds<CH>(rsrc, lds, voff[i], 0u);
+      if constexpr (UNIFORM_STEP) detail::buffer_load_lds_step<CH>(rsrc, lds, voff[0], step_bytes);
+      else detail::buffer_load_lds<CH>(rsrc, lds, voff[i]);
     }
   }
-  // Issue the loads of the tile whose first element is at p, in a matrix ending `bytes_left`
-  // bytes after p (lanes beyond read 0).
-  HK_INLINE void issue(ST& dst, const T* p, long long bytes_left) const { issue(dst, detail::rsrc_words(p, bytes_left)); }
 };
 // One-call form: NW waves load `dst` from the tile of g whose top-left element is (r, c).
 // (Recomputes the offsets; kernels in a loop keep a tile_loader instead.)
@@ -212,15 +235,50 @@ template <typename RT, typename ST> HK_INLINE void load(RT& dst, const ST& src, 
 }
 
 // Zero the logical rectangle [r0, r1) x [c0, c1) of a shared tile, spread over `nthreads`
-// threads (this one is `tid`). Used for ragged K tails; not a hot path.
+// threads (this one is `tid`). Used for ragged K tails; not a hot path. Work is dealt out in
+// whole LDS dwords (pairs of 16-bit elements: a swizzle unit is >= 4 bytes, so a pair is one
+// aligned dword): no two threads write parts of one dword, and a dword cut by c0 or c1 gets a
+// 16-bit write of only its element inside the rectangle.
 template <typename ST>
 HK_INLINE void zero_region(ST& dst, int r0, int r1, int c0, int c1, int tid, int nthreads) {
   using T = typename ST::dtype;
-  const int w = c1 - c0, n = (r1 - r0) * w;
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16- or 32-bit elements");
+  constexpr int E = 4 / (int)sizeof(T);   // elements per dword
+  const int p0 = c0 / E, p1 = (c1 + E - 1) / E, w = p1 - p0, n = (r1 - r0) * w;
   HK_LDS char* base = (HK_LDS char*)(HK_LDS void*)dst.data;
   for (int i = tid; i < n; i += nthreads) {
-    const int r = r0 + i / w, c = c0 + i % w;
-    *(HK_LDS T*)(base + ST::offset(r, c)) = (T)0.0f;
+    const int r = r0 + i / w, c = (p0 + i % w) * E;
+    if (E == 2 && (c < c0 || c + 1 >= c1)) {
+      if (c >= c0) *(HK_LDS T*)(base + ST::offset(r, c)) = (T)0.0f;
+      if (c + 1 < c1) *(HK_LDS T*)(base + ST::offset(r, c + 1)) = (T)0.0f;
+    } else {
+      *(HK_LDS u32*)(base + ST::offset(r, c)) = 0u;
+    }
+  }
+}
+
+// The direct-to-LDS chunk that holds a matrix's last element straddles the end of the buffer
+// when the matrix's unit-stride extent is not a whole number of chunks (e.g. K = 29 with 4-byte
+// chunks, or M = 37 with 16-byte chunks). The range check of that load is per dword (or, on
+// some parts, per access), so the valid elements sharing a dword (or the chunk) with bytes past
+// the end read as 0. Rewrite that chunk element by element: lanes [0, CH / sizeof(T)) of the
+// calling wave each load one element of shared-tile row r, chunk of column c_last, through a
+// buffer over the tile (p, bytes_left) -- exact range check, past the end reads 0 -- and store it.
+// The caller orders this after the tile's direct-to-LDS loads completed (a barrier) and before
+// anyone reads the tile (a barrier).
+template <int CH, typename ST>
+HK_INLINE void fix_last_chunk(ST& dst, const typename ST::dtype* p, long long bytes_left, long long row_stride,
+                              int r, int c_last) {
+  using T = typename ST::dtype;
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  constexpr int EPC = CH / (int)sizeof(T);
+  const int l = lane_id();
+  if (l < EPC) {
+    const int c = (c_last / EPC) * EPC + l;
+    const u32 off = (u32)(((long long)r * row_stride + c) * (long long)sizeof(T));
+    const unsigned short v = __builtin_amdgcn_raw_buffer_load_b16(make_buffer(p, bytes_left), off, 0, 0);
+    HK_LDS char* base = (HK_LDS char*)(HK_LDS void*)dst.data;
+    *(HK_LDS unsigned short*)(base + ST::offset(r, c)) = v;
   }
 }
 
