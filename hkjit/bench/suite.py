@@ -115,6 +115,31 @@ def simulator_checks() -> list:
     return rows
 
 
+def simulator_speed() -> list:
+    """Wave-instructions per second of the simulator on one core, running hkjit.gemm's code
+    objects on sim:* with hazard checks on (the default), after a warm-up launch."""
+    import hkjit
+    from ..ops import gemm as gemm_op
+    rows = []
+    rng = np.random.default_rng()
+    for dev in ("sim:gfx950", "sim:gfx942"):
+        for (M, N, K) in ((256, 256, 256), (1024, 1024, 256)):
+            a = rng.standard_normal((M, K)).astype(np.float16)
+            b = rng.standard_normal((K, N)).astype(np.float16)
+            hkjit.gemm(a, b, device=dev)  # compile / load / first run
+            launcher = next(l for sig, l in gemm_op._launchers.items()
+                            if sig[7:10] == (M, N, K) and sig[12] == "sim" and sig[13] == dev[4:])
+            sim_kernel = launcher.kernel.kernel
+            before = sim_kernel.wave_instructions
+            t0 = time.perf_counter()
+            hkjit.gemm(a, b, device=dev)
+            seconds = time.perf_counter() - t0
+            count = sim_kernel.wave_instructions - before
+            rows.append({"device": dev, "shape": [M, N, K], "seconds": seconds, "wave_instructions": count,
+                         "per_second": count / seconds})
+    return rows
+
+
 def plot(results, directory):
     import matplotlib
     matplotlib.use("Agg")
@@ -172,8 +197,8 @@ def markdown(results, plots=()) -> str:
         out += ["", "## JIT: cold compile, default 4096³ GEMM", "", "| op | target | seconds | compiler |",
                 "|---|---|---|---|"]
         for r in results["cold_compile"]:
-            out.append(f"| {r['op']} | {r['target']} | {r.get('seconds', float('nan')):.2f} | "
-                       f"{r.get('compiler', r.get('error', ''))} |")
+            compiler = str(r.get("compiler", r.get("error", ""))).split(" | ")[0]  # first line of --version
+            out.append(f"| {r['op']} | {r['target']} | {r.get('seconds', float('nan')):.2f} | {compiler} |")
     if results.get("static_amd"):
         out += ["", "## AMD static report (clang-22; compiled, never run on AMD hardware)", "",
                 "| target | M×N×K | tile | VGPR/AGPR/SGPR | LDS | spills | waves/SIMD | MFMA per K-step (block / tile arithmetic) |",
@@ -193,6 +218,19 @@ def markdown(results, plots=()) -> str:
             verdict = f"pass (err {r['rel_err']:.1e})" if r.get("passed") else f"FAIL {r.get('error', r.get('rel_err'))}"
             out.append(f"| {r['op']} | {r['device']} | {'×'.join(map(str, r['shape']))} | {verdict} | "
                        f"{r.get('seconds', float('nan')):.2f} |")
+    if results.get("simulator_speed"):
+        out += ["", "Simulator speed on one core (hazard checks on), GEMM code objects as above:", "",
+                "| device | M×N×K | seconds | wave-instructions | per second |", "|---|---|---|---|---|"]
+        for r in results["simulator_speed"]:
+            out.append(f"| {r['device']} | {'×'.join(map(str, r['shape']))} | {r['seconds']:.2f} | "
+                       f"{r['wave_instructions']:,} | {r['per_second']:,.0f} |")
+    out += ["", "## Where the analyses are", "",
+            "Per-kernel design notes, every measured variant with its prediction and outcome, and ncu "
+            "profiles of the shapes that fall short: `docs/notes/hopper_gemm.md` (sm_90a), "
+            "`docs/notes/cdna_gemm.md` (gfx942/gfx950, static only), `docs/notes/simulator.md`. "
+            "GPU sections come from a run on the GPU machine (`gpu run command` above, its JSON in "
+            "`docs/bench/`); the AMD sections need clang >= 20 and run anywhere; on a machine with both, "
+            "`hkjit bench --json F --plot docs/img --markdown docs/benchmarks.md` produces the whole report."]
     return "\n".join(out) + "\n"
 
 
@@ -253,6 +291,9 @@ def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None,
         results["simulator"] = simulator_checks()
         for r in results["simulator"]:
             _log(f"  {r}")
+        results["simulator_speed"] = simulator_speed()
+        for r in results["simulator_speed"]:
+            _log(f"  {r['device']} gemm {r['shape']}: {r['seconds']:.2f} s, {r['per_second']:,.0f} wave-instructions/s")
     merge(results, merge_paths)
     plots = plot(results, plot_dir) if plot_dir and results.get("gemm") else []
     if json_path:
