@@ -87,3 +87,15 @@ def test_dense_host_copy_of_torch_bf16():
     x = torch.randn(6, 4, dtype=torch.bfloat16)
     dense, ptr, nbytes, ld = interop.dense_host_copy(interop.describe(x.t()), "col")
     assert ld == 4 and nbytes == 48 and torch.equal(dense, x.t()) and dense.stride() == (1, 4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_aligned_copy_keeps_values_and_layout_with_16_byte_rows(transposed):
+    """The AMD path for operands direct-to-LDS loads cannot follow (odd bf16 leading dimensions)."""
+    torch = pytest.importorskip("torch")
+    base = torch.randn(7, 13, dtype=torch.bfloat16)
+    x = base.t() if transposed else base
+    copy = interop.aligned_copy(interop.describe(x))
+    assert torch.equal(copy, x)
+    ld = copy.stride(1) if transposed else copy.stride(0)
+    assert (copy.stride(0) == 1) == transposed and ld % 8 == 0 and copy.data_ptr() % 16 == 0

@@ -9,7 +9,6 @@ instruction counts. Nothing here needs an AMD GPU.
 
 import argparse
 import concurrent.futures as cf
-import math
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hkjit import codeobj, compiler, static  # noqa: E402
 from hkjit.ops import _cdna_gemm as G  # noqa: E402
 from hkjit.targets import parse as parse_target  # noqa: E402
 
@@ -40,12 +40,7 @@ def tool(name):
 
 
 def clang_major(clang):
-    try:
-        out = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    m = re.search(r"clang version (\d+)", out)
-    return int(m.group(1)) if m else 0
+    return compiler._clang_major(clang)
 
 
 def build(arch, targs, out_dir, clang=None):
@@ -66,66 +61,36 @@ def build(arch, targs, out_dir, clang=None):
     return obj
 
 
-_NOTE_KEYS = ("vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count",
-              "group_segment_fixed_size", "private_segment_fixed_size", "kernarg_segment_size",
-              "wavefront_size", "max_flat_workgroup_size")
-
-
 def notes(obj):
-    """Kernel metadata from the code object's AMDGPU notes (single-kernel objects)."""
-    out = subprocess.run([tool("llvm-readelf"), "--notes", str(obj)], capture_output=True, text=True,
-                         check=True).stdout
-    d = {}
-    for k in _NOTE_KEYS:
-        m = re.search(r"\." + k + r":\s+(\d+)", out)
-        if m:
-            d[k] = int(m.group(1))
-    d["symbols"] = re.findall(r"\.name:\s+(\S+)", out)
-    m = re.search(r"\.args:\s*\n\s*- \.offset:\s+0\s*\n\s*\.size:\s+(\d+)", out)
-    d["args_size"] = int(m.group(1)) if m else None
+    """Kernel metadata from the code object's AMDGPU note (single-kernel objects), read by
+    hkjit.codeobj, keyed as the note names them (vgpr_count, group_segment_fixed_size, ...)."""
+    meta = codeobj.amd_metadata(Path(obj).read_bytes())
+    kernels = meta.get("amdhsa.kernels", [])
+    d = {k.lstrip("."): v for k, v in kernels[0].items() if isinstance(v, int)} if kernels else {}
+    d["symbols"] = [k.get(".name") for k in kernels]
+    args = kernels[0].get(".args", []) if kernels else []
+    d["args_size"] = args[0].get(".size") if args and args[0].get(".offset") == 0 else None
     return d
-
-
-_INST = re.compile(r"^\s+([a-z_0-9]+)(.*?)\s*//\s*([0-9A-Fa-f]+):")
-_TARGET = re.compile(r"<(\S+)\+0x([0-9a-f]+)>")
 
 
 def disasm(obj, arch):
     """(address, mnemonic, operands, branch_target or None) for every instruction."""
-    out = subprocess.run([tool("llvm-objdump"), "-d", f"--mcpu={arch}", str(obj)], capture_output=True,
-                         text=True, check=True).stdout
-    base = {}
-    for m in re.finditer(r"^([0-9a-f]+) <(\S+)>:", out, re.M):
-        base[m.group(2)] = int(m.group(1), 16)
-    insts = []
-    for line in out.splitlines():
-        m = _INST.match(line)
-        if not m:
-            continue
-        tgt = None
-        t = _TARGET.search(line)
-        if t and m.group(1).startswith("s_") and "branch" in m.group(1):
-            tgt = base.get(t.group(1), 0) + int(t.group(2), 16)
-        insts.append((int(m.group(3), 16), m.group(1), m.group(2).strip(), tgt))
+    insts = static.amd_disassembly(Path(obj).read_bytes(), arch)
+    if insts is None:
+        raise RuntimeError("llvm-objdump (LLVM >= 20) not found")
     return insts
 
 
 def stats(insts):
     """Instruction mix; the main loop is the backward branch whose body holds the most MFMAs."""
     mfma = [i for i in insts if i[1].startswith("v_mfma")]
-    best = (0, None)
-    for addr, op, _, tgt in insts:
-        if tgt is not None and tgt <= addr:
-            n = sum(1 for a, o, _, _ in insts if tgt <= a <= addr and o.startswith("v_mfma"))
-            if n > best[0]:
-                best = (n, (tgt, addr))
-    loop = best[1]
+    loop = static.main_loop(insts)
     body = [i for i in insts if loop and loop[0] <= i[0] <= loop[1]]
     count = lambda seq, pred: sum(1 for i in seq if pred(i))
     return {
         "mfma_total": len(mfma),
         "mfma_ops": sorted({i[1] for i in mfma}),
-        "mfma_loop": best[0],
+        "mfma_loop": count(body, lambda i: i[1].startswith("v_mfma")),
         "loop_insts": len(body),
         "lds_dma_total": count(insts, lambda i: i[1].startswith("buffer_load") and i[2].endswith(" lds")),
         "lds_dma_loop": count(body, lambda i: i[1].startswith("buffer_load") and i[2].endswith(" lds")),
@@ -145,14 +110,9 @@ def stats(insts):
 
 
 def occupancy(arch, vgpr, agpr, lds, waves_per_block):
-    """Waves per SIMD (4 SIMDs per CU, 512 unified VGPR+AGPR per lane, LDS per CU)."""
-    regs = (math.ceil(max(vgpr, 1) / 4) * 4 if agpr else vgpr) + agpr   # AGPRs start 4-aligned
-    regs = math.ceil(max(regs, 1) / 8) * 8
-    per_simd_regs = min(8, 512 // regs)
-    blocks_regs = per_simd_regs * 4 // waves_per_block
-    blocks_lds = LDS_PER_CU[arch] // lds if lds else 64
-    blocks = min(blocks_regs, blocks_lds)
-    return blocks * waves_per_block / 4, blocks
+    """(waves per SIMD, blocks per CU) from registers and LDS (hkjit.static.amd_occupancy)."""
+    occ = static.amd_occupancy(parse_target(arch), vgpr, agpr, lds, waves_per_block)
+    return occ["waves_per_simd"], occ["blocks_per_cu"]
 
 
 def default_configs(archs=("gfx950", "gfx942"), all_dtypes=False):

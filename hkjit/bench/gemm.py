@@ -85,6 +85,6 @@ def run(shapes=None, quick=False, layouts=("nn", "nt"), dtype_name="bfloat16", l
                 f"cuBLAS {row['cublas_tflops']:7.1f}  ratio {row['ratio']:5.2f}x  (spread hkjit {row['hkjit_spread']:.0%}, "
                 f"cuBLAS {row['cublas_spread']:.0%})  err {err:.1e}"
                 + ("" if row["correct"] else "  WRONG"))
-            del sets
+            sets.clear()  # free the inputs before the next shape
             torch.cuda.empty_cache()
     return rows

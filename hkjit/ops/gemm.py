@@ -10,7 +10,7 @@ import sys
 
 from .. import interop, jit, runtime, spec as spec_mod, targets
 from ..dtypes import DTYPES, dtype as to_dtype
-from ..errors import DTypeError, DeviceError, InvalidArgumentError, UnsupportedArrayError
+from ..errors import DTypeError, DeviceError, InvalidArgumentError
 from . import register
 
 IN_DTYPES = ("bfloat16", "float16")
@@ -60,8 +60,10 @@ def _layout(name, shape, strides):
 
 class GemmOp:
     name = "gemm"
+    # Tile overrides; each arch module says which it accepts (e.g. mfma on CDNA, consumers and
+    # persistent on Hopper) and rejects the others by name.
     tile_keywords = ("block_m", "block_n", "block_k", "warps", "waves", "consumers", "stages", "group_m",
-                     "split_k")
+                     "split_k", "mfma", "persistent")
 
     def specialize(self, target, *, m, n, k, dtype="bfloat16", out_dtype=None, a_layout="row",
                    b_layout="row", bias=False, c=False, num_sms=None, specialize_shapes=False, a_align=16,
@@ -379,6 +381,17 @@ def _remember_fast(a, b, out, allocated, requested_out_dtype, launcher, a_stride
     if len(_fast) > 4096:
         _fast.clear()
     _fast[key] = e
+
+
+def _gemm_padded(A, B, O, Bias, C, out_dtype, alpha, beta, compiler, tile_overrides):
+    """AMD operands whose base or leading dimension is not 4-byte aligned (e.g. bf16 with odd K):
+    direct-to-LDS loads cannot read them in place, so run on aligned copies (torch only)."""
+    if A.framework != "torch" or B.framework != "torch":
+        raise InvalidArgumentError("gemm on AMD: an operand's base pointer or leading dimension is not 4-byte "
+                                   "aligned; pass contiguous arrays whose rows are a multiple of 2 elements")
+    return gemm(interop.aligned_copy(A), interop.aligned_copy(B), out=O.obj if O else None, out_dtype=out_dtype,
+                bias=Bias.obj if Bias else None, c=C.obj if C else None, alpha=alpha, beta=beta,
+                compiler=compiler, **tile_overrides)
 
 
 def _check_epilogue(Bias, C, O, M, N):

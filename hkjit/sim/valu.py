@@ -452,7 +452,6 @@ def _dpp_reader(o, inst, kind):
     rowmask = np.array([(f["row_mask"] >> (l // 16)) & 1 for l in range(64)], bool)
     bankmask = np.array([(f["bank_mask"] >> ((l % 16) // 4)) & 1 for l in range(64)], bool)
     wmask = rowmask & bankmask
-    identity = valid.all() and (srcc == np.arange(64)).all()
 
     def read(g):
         # gathers a copy first: correct also when the destination is the source

@@ -352,7 +352,6 @@ def compile_vop3p(o, inst, m):
         nsrc, fn = _PK32[name]
         rds = [o.src64(f[f"src{i}"], "b64") if f[f"src{i}"] >= 256 or f[f"src{i}"] < 128 else None
                for i in range(nsrc)]
-        consts = []
         for i in range(nsrc):
             if rds[i] is None:
                 c = o.src32(f[f"src{i}"], "f32")
