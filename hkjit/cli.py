@@ -113,6 +113,9 @@ def main(argv=None):
     except HKJitError as e:
         print(f"hkjit: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `hkjit inspect ... | head`: the reader left, which is not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
