@@ -20,6 +20,9 @@ HK_INLINE int lane_id() { return (int)(__builtin_amdgcn_workitem_id_x() & 63u); 
 // The wave index is uniform: readfirstlane lets the compiler keep it (and what derives from it,
 // such as M0 bases of direct-to-LDS loads) in SGPRs.
 HK_INLINE int wave_id() { return __builtin_amdgcn_readfirstlane((int)(__builtin_amdgcn_workitem_id_x() >> 6)); }
+// A register tile is owned by a "tile group": a wave here, a warpgroup on Hopper.
+constexpr int TILE_GROUP_THREADS = 64;
+HK_INLINE int tile_group() { return wave_id(); }
 HK_INLINE int block_id_x() { return (int)__builtin_amdgcn_workgroup_id_x(); }
 HK_INLINE int block_id_y() { return (int)__builtin_amdgcn_workgroup_id_y(); }
 HK_INLINE int block_id_z() { return (int)__builtin_amdgcn_workgroup_id_z(); }

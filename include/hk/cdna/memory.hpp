@@ -302,6 +302,21 @@ HK_INLINE void store(const gl<TO>& g, const rt<T, R, C, acc_l, S>& src, int r0, 
   store(g.at(0, 0, r0, c0), g.sr, g.sc, src, g.rows - r0, g.cols - c0);
 }
 
+// Global -> accumulator tile (bounds-checked, zero fill): the mirror of store above.
+template <typename TI, typename T, int R, int C, typename S>
+HK_INLINE void load(rt<T, R, C, acc_l, S>& dst, const gl<TI>& g, int r0, int c0) {
+  const int l = lane_id();
+#pragma unroll
+  for (int i = 0; i < dst.TR; ++i)
+#pragma unroll
+    for (int j = 0; j < dst.TC; ++j)
+#pragma unroll
+      for (int v = 0; v < S::ACC; ++v) {
+        const int r = r0 + i * S::MI + S::acc_row(v, l), c = c0 + j * S::MI + S::acc_col(l);
+        dst.t[i][j][v] = (r < g.rows && c < g.cols) ? (T)to_float(g(0, 0, r, c)) : (T)0.0f;
+      }
+}
+
 // Global -> operand registers directly (bounds-checked, zero fill): simple path for small
 // kernels. K of a row_l tile runs along global columns.
 template <typename T, int R, int C, typename S>

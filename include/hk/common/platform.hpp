@@ -58,6 +58,15 @@ using i32 = int;
 using u32 = unsigned int;
 using i64 = long long;
 using u64 = unsigned long long;
+
+// The block's index in the grid, read the same way on every target.
+#if HK_CUDA
+HK_INLINE int block_x() { return (int)blockIdx.x; }
+HK_INLINE int block_y() { return (int)blockIdx.y; }
+#else
+HK_INLINE int block_x() { return (int)__builtin_amdgcn_workgroup_id_x(); }
+HK_INLINE int block_y() { return (int)__builtin_amdgcn_workgroup_id_y(); }
+#endif
 }  // namespace hk
 
 // The one entry point hkjit generates per specialisation: an extern "C" kernel taking the

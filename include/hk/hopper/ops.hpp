@@ -60,6 +60,27 @@ template <class T> HK_INLINE void store_pair(T* p, float x0, float x1, bool pair
   p[0] = from_float<T>(x0);
 }
 
+// ---- the portable forms (same names and arguments as include/hk/cdna) ---------------------------
+// A register tile is owned by a "tile group": a warpgroup here, a wave on CDNA.
+constexpr int TILE_GROUP_THREADS = 128;
+HK_INLINE int tile_group() { return (int)(threadIdx.x / TILE_GROUP_THREADS); }
+template <int R, int C> using rt_acc = rt<float, R, C>;
+template <class RT> HK_INLINE void mul(RT& d, const RT& a, float s) { d = a; mul(d, s); }
+template <class RT> HK_INLINE void add(RT& d, const RT& a, float s) { d = a; add(d, s); }
+template <class RT> HK_INLINE void add(RT& d, const RT& a, const RT& b) { d = a; add(d, b); }
+template <class RT> HK_INLINE void exp2(RT& d, const RT& a) { d = a; exp2(d); }
+
+// Global -> accumulator-layout tile, bounds-checked, zero fill: the mirror of store below.
+template <class T, class RT> HK_INLINE void load(RT& t, const gl<T>& g, int row0, int col0) {
+#pragma unroll
+  for (int b = 0; b < RT::blocks; ++b)
+#pragma unroll
+    for (int k = 0; k < RT::regs; ++k) {
+      int r = row0 + RT::row(b, k), c = col0 + RT::col(k);
+      t.v[b][k] = (r < g.rows && c < g.cols) ? to_float(g(r, c)) : 0.0f;
+    }
+}
+
 template <class T, class RT> HK_INLINE void store(const gl<T>& g, const RT& t, int row0, int col0) {
   const bool vec_ok = g.stride_c == 1 && (g.stride_r % 2) == 0 && (reinterpret_cast<u64>(g.ptr) % (2 * sizeof(T))) == 0;
 #pragma unroll
