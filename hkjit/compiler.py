@@ -33,6 +33,7 @@ class CompileResult:
     code: bytes
     log: str
     meta: dict = field(default_factory=dict)
+    ptx: str = ""   # NVRTC only: the PTX it produced on the way (for inspection and tests)
 
 
 class Compiler:
@@ -197,9 +198,12 @@ class NvrtcCompiler(Compiler):
             size = self._check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
             code = b" " * size
             self._check(nv.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
+            size = self._check(nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+            ptx = b" " * size
+            self._check(nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
         finally:
             nv.nvrtcDestroyProgram(prog)
-        return CompileResult(code, log, self.static_info(code, log, kernel))
+        return CompileResult(code, log, self.static_info(code, log, kernel), ptx.rstrip(b"\0 ").decode(errors="replace"))
 
 
 class HiprtcCompiler(Compiler):

@@ -2,6 +2,7 @@
 no spills and with wgmma in the PTX; the ctypes Args mirror the C++ struct; override validation."""
 import ctypes
 import os
+from pathlib import Path
 import re
 import sys
 
@@ -10,7 +11,8 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from hkjit.errors import InvalidArgumentError  # noqa: E402
+from hkjit import compiler, spec as spec_mod, targets  # noqa: E402
+from hkjit.errors import CompilerNotFoundError, InvalidArgumentError  # noqa: E402
 from hkjit.ops import _hopper_gemm as hg  # noqa: E402
 
 SMS = 132
@@ -40,37 +42,23 @@ def _default_configs():
     return list(seen.items())
 
 
-def _nvrtc():
+def _compile(targs):
+    """(PTX, ptxas report) of gemm_hopper<targs> built the way hkjit builds it: the generated unit,
+    hkjit's NVRTC driver and its pinned flags."""
     try:
-        from cuda.bindings import nvrtc
-        nvrtc.nvrtcVersion()
-        return nvrtc
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"cuda.bindings / NVRTC not available: {e}")
-
-
-def _compile(nvrtc, targs):
-    src = (f'#include "gemm_hopper.cuh"\nusing hkjit_kernel = gemm_hopper<{targs}>;\n'
-           f'HK_ENTRY(hkjit_gemm, hkjit_kernel)\n').encode()
-    _, prog = nvrtc.nvrtcCreateProgram(src, b"unit.cu", 0, [], [])
-    opts = [b"--gpu-architecture=sm_90a", b"-std=c++20", b"-I", os.path.join(ROOT, "include").encode(),
-            b"-I", os.path.join(ROOT, "kernel_sources").encode(), b"--ptxas-options=-v"]
-    (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * n
-    nvrtc.nvrtcGetProgramLog(prog, log)
-    log = log.decode(errors="replace")
-    assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
-    _, n = nvrtc.nvrtcGetPTXSize(prog)
-    ptx = b" " * n
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    return ptx.decode(errors="replace"), log
+        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
+    except CompilerNotFoundError as e:
+        pytest.skip(f"NVRTC not available: {e}")
+    spec = spec_mod.Specialization("gemm", targets.parse("sm_90a"), "gemm_hopper.cuh", f"gemm_hopper<{targs}>",
+                                   "hkjit_gemm", ())
+    result = comp.compile(spec_mod.render(spec), Path("gemm_unit.cu"), spec.target,
+                          [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
+    return result.ptx, result.log
 
 
 @pytest.mark.parametrize("targs,cfg", _default_configs(), ids=lambda x: x if isinstance(x, str) else "")
 def test_default_configs_compile_without_spills(targs, cfg):
-    nvrtc = _nvrtc()
-    ptx, log = _compile(nvrtc, targs)
+    ptx, log = _compile(targs)
     assert "wgmma.mma_async" in ptx
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert spills and spills.groups() == ("0", "0"), log

@@ -39,28 +39,15 @@ def unit_source(targs: str) -> str:
 
 
 def nvrtc_compile(targs: str, want_cubin=True):
-    """-> (cubin or None, ptx text, ptxas report text). Raises on compile error."""
-    from cuda.bindings import nvrtc
-    src = unit_source(targs).encode()
-    err, prog = nvrtc.nvrtcCreateProgram(src, b"hkjit_unit.cu", 0, [], [])
-    opts = [b"--gpu-architecture=sm_90a", b"-std=c++20", b"-I", os.path.join(ROOT, "include").encode(),
-            b"-I", os.path.join(ROOT, "kernel_sources").encode(), b"--ptxas-options=-v"]
-    (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * n
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    report = buf.decode(errors="replace").rstrip("\x00")
-    if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"NVRTC failed for <{targs}>:\n{report}")
-    _, n = nvrtc.nvrtcGetPTXSize(prog)
-    ptx = b" " * n
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    cubin = None
-    if want_cubin:
-        _, n = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * n
-        nvrtc.nvrtcGetCUBIN(prog, cubin)
-    return cubin, ptx.decode(errors="replace"), report
+    """-> (cubin or None, ptx text, ptxas report text) through hkjit's own NVRTC driver and pinned
+    flags. Raises hkjit.CompileError on a compile error."""
+    from pathlib import Path
+    from hkjit import compiler, spec as spec_mod, targets
+    target = targets.parse("sm_90a")
+    comp = compiler.find_compiler(target, "nvrtc")
+    result = comp.compile(unit_source(targs), Path("hkjit_unit.cu"), target,
+                          [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], "hkjit_gemm")
+    return (result.code if want_cubin else None), result.ptx, result.log
 
 
 def ptxas_summary(report: str) -> str:
