@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 from .errors import (BundleError, CacheError, CompileError, CompilerNotFoundError, DeviceError,  # noqa: E402
                      DTypeError, HKJitError, InvalidArgumentError, LaunchError, OfflineMissError,
                      TargetError, UnsupportedArrayError)
-from .api import Built, build, set_offline  # noqa: E402
+from .api import Built, build, inspect, reset_state, set_offline  # noqa: E402
 from .ops.gemm import gemm  # noqa: E402
 
-__all__ = ["gemm", "build", "Built", "set_offline", "HKJitError", "InvalidArgumentError", "DTypeError",
+__all__ = ["gemm", "build", "Built", "inspect", "set_offline", "reset_state", "HKJitError", "InvalidArgumentError", "DTypeError",
            "UnsupportedArrayError", "DeviceError", "TargetError", "CompilerNotFoundError", "CompileError",
            "CacheError", "OfflineMissError", "BundleError", "LaunchError", "__version__"]

@@ -49,27 +49,35 @@ def _parse_overrides(items):
 
 
 def cmd_inspect(args):
-    from . import static as inspect_mod
+    from . import api, ops, static
+    op = ops.get(args.op)
     params = _parse_overrides(args.param)
     if args.shape:
-        dims = [int(x) for x in args.shape.replace("x", ",").split(",")]
-        if len(dims) != 3:
-            raise HKJitError(f"--shape {args.shape!r}: give M,N,K")
-        params.update(m=dims[0], n=dims[1], k=dims[2])
+        try:
+            dims = [int(x) for x in args.shape.replace("x", ",").split(",")]
+        except ValueError:
+            dims = []
+        if len(dims) != len(op.shape_params):
+            raise HKJitError(f"--shape {args.shape!r}: give {','.join(op.shape_params).upper()} for {op.name} "
+                             "(integers, comma-separated)")
+        params.update(zip(op.shape_params, dims))
     if args.dtype:
         params["dtype"] = args.dtype
-    report = inspect_mod.inspect(args.op, args.arch, **params)
+    report = api.inspect(args.op, args.arch, **params)
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         print()
     else:
-        print(inspect_mod.format_report(report))
+        print(static.format_report(report))
     return 0
 
 
 def cmd_bench(args):
+    from . import ops
     from .bench import suite
-    suite.run(tuple(args.ops) or suite.OPS, quick=args.quick, json_path=args.json, plot_dir=args.plot,
+    for name in args.ops:
+        ops.get(name)   # an unknown op is an error, not an empty run
+    suite.run(tuple(args.ops) or None, quick=args.quick, json_path=args.json, plot_dir=args.plot,
               markdown_path=args.markdown, merge_paths=args.merge, gpu=not args.no_gpu)
     return 0
 
@@ -83,7 +91,7 @@ def build_parser():
     ins = sub.add_parser("inspect", help="static figures of a compiled op (registers, LDS, spills, instructions)")
     ins.add_argument("op")
     ins.add_argument("--arch", required=True, help="gfx942, gfx950 or sm_90a (comma-separated for several)")
-    ins.add_argument("--shape", help="M,N,K (gemm); default 8192,8192,8192")
+    ins.add_argument("--shape", help="the op's shape parameters in order (gemm: M,N,K); default: the op's own")
     ins.add_argument("--dtype", help="bfloat16 (default) or float16")
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("param", nargs="*", help="more parameters as NAME=VALUE (e.g. block_m=128 a_layout=col)")

@@ -7,8 +7,8 @@ import json
 import sys
 import time
 
+from . import api, deploy, ops
 from . import cache as cache_mod
-from . import deploy
 
 
 def add_parsers(sub) -> None:
@@ -42,14 +42,15 @@ def _add_precompile(sub):
 
 
 def cmd_precompile(args) -> int:
-    jobs = deploy.load_manifest(args.manifest, archs=args.arch, ops=set(args.ops) if args.ops else None)
+    jobs = deploy.load_manifest(args.manifest, archs=args.arch, ops=set(args.ops) if args.ops else None,
+                                shape_params=ops.shape_params)
     if not jobs:
         print(f"hkjit: {args.manifest} names no specialisation" + (" for those ops" if args.ops else ""),
               file=sys.stderr)
         return 1
     cache_mod.set_offline(False)   # precompiling is compiling, whatever HKJIT_OFFLINE says
     progress = None if args.no_progress else _Progress(sys.stderr)
-    report = deploy.precompile(jobs, args.output, parallel=args.jobs, progress=progress)
+    report = deploy.precompile(jobs, args.output, build=api.build, parallel=args.jobs, progress=progress)
     if progress:
         progress.done()
     if args.json:

@@ -336,3 +336,8 @@ def available() -> list[tuple[str, str]]:
             c = _found(name)
             out.append((name, c.identity if c else "not found"))
     return out
+
+
+def forget() -> None:
+    """Forget which compilers were found (the next build looks again: PATH, HKJIT_CLANG, …)."""
+    _found.cache_clear()

@@ -34,8 +34,6 @@ except ImportError:   # Windows: recording still works, without the cross-proces
     fcntl = None
 
 MANIFEST_VERSION = 1
-# Positional shape names per op, so a manifest may write `shapes = [[8192, 8192, 8192]]`.
-SHAPE_PARAMS = {"gemm": ("m", "n", "k")}
 _SPECIAL_KEYS = {"op", "target", "targets", "shapes", "dtypes", "sweep"}
 
 
@@ -138,10 +136,12 @@ def manifest_line(op: str, target: str, params: dict) -> str:
     return toml_value({"op": op, "target": target, **plain_params(params)}) + ","
 
 
-def load_manifest(path, *, archs=None, ops=None) -> list[Job]:
+def load_manifest(path, *, archs=None, ops=None, shape_params=None) -> list[Job]:
     """Every specialisation a manifest names, expanded and de-duplicated, in file order.
 
-    `archs` (the --arch list), when given, replaces every entry's targets; `ops` keeps only those ops."""
+    `archs` (the --arch list), when given, replaces every entry's targets; `ops` keeps only those ops;
+    `shape_params(op)` names an op's shape parameters, so a manifest may write `shapes = [[8192, 8192,
+    8192]]` (the CLI passes the op registry's)."""
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text())
@@ -149,10 +149,11 @@ def load_manifest(path, *, archs=None, ops=None) -> list[Job]:
         raise InvalidArgumentError(f"cannot read manifest {path}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidArgumentError(f"manifest {path} is not valid TOML: {e}") from None
-    return jobs_from_manifest(doc, str(path), archs=archs, ops=ops)
+    return jobs_from_manifest(doc, str(path), archs=archs, ops=ops, shape_params=shape_params)
 
 
-def jobs_from_manifest(doc: dict, name: str = "<manifest>", *, archs=None, ops=None) -> list[Job]:
+def jobs_from_manifest(doc: dict, name: str = "<manifest>", *, archs=None, ops=None,
+                       shape_params=None) -> list[Job]:
     version = doc.get("version", MANIFEST_VERSION)
     if version != MANIFEST_VERSION:
         raise InvalidArgumentError(f"{name}: manifest version {version!r}; this hkjit reads version {MANIFEST_VERSION}")
@@ -167,14 +168,14 @@ def jobs_from_manifest(doc: dict, name: str = "<manifest>", *, archs=None, ops=N
     entries += [(f"[[kernel]] #{i + 1}", e) for i, e in enumerate(doc.get("kernel", []))]
     jobs, seen = [], set()
     for where, entry in entries:
-        for job in _expand(entry, defaults, f"{name} {where}", archs):
+        for job in _expand(entry, defaults, f"{name} {where}", archs, shape_params):
             if (ops is None or job.op in ops) and job not in seen:
                 seen.add(job)
                 jobs.append(job)
     return jobs
 
 
-def _expand(entry, defaults: dict, where: str, archs) -> list[Job]:
+def _expand(entry, defaults: dict, where: str, archs, shape_params) -> list[Job]:
     if not isinstance(entry, dict):
         raise InvalidArgumentError(f"{where}: each kernel must be a table, got {entry!r}")
     if "kernels" in entry or "kernel" in entry:
@@ -189,7 +190,8 @@ def _expand(entry, defaults: dict, where: str, archs) -> list[Job]:
     fixed = {k: v for k, v in merged.items() if k not in _SPECIAL_KEYS}
     axes = [[{}]]
     if "shapes" in merged:
-        axes.append([_shape(op, s, where) for s in _as_list(merged["shapes"], "shapes", where)])
+        names = shape_params(op) if shape_params else None
+        axes.append([_shape(op, names, s, where) for s in _as_list(merged["shapes"], "shapes", where)])
     if "dtypes" in merged:
         axes.append([{"dtype": d} for d in _as_list(merged["dtypes"], "dtypes", where)])
     sweep = merged.get("sweep", {})
@@ -236,11 +238,10 @@ def _as_list(value, name: str, where: str) -> list:
     return value
 
 
-def _shape(op: str, shape, where: str) -> dict:
+def _shape(op: str, names, shape, where: str) -> dict:
     """A shape as keyword arguments: {m=..,n=..,k=..}, [m, n, k] or "MxNxK"."""
     if isinstance(shape, dict):
         return shape
-    names = SHAPE_PARAMS.get(op)
     if isinstance(shape, str):
         try:
             shape = [int(x) for x in shape.lower().split("x")]
@@ -498,11 +499,6 @@ class PrecompileReport:
         return "\n".join(lines)
 
 
-def _default_build():
-    import hkjit   # looked up at call time, so tests and embedders may substitute it
-    return hkjit.build
-
-
 def _build_one(build: Callable, job: Job) -> tuple[Outcome, object]:
     t0 = time.perf_counter()
     try:
@@ -521,13 +517,12 @@ def _first_lines(error, n: int = 6) -> str:
     return "\n    ".join(lines[:n] + ([f"... ({len(lines) - n} more lines)"] if len(lines) > n else []))
 
 
-def precompile(jobs: list[Job], dest, *, parallel: int | None = None, build: Callable | None = None,
+def precompile(jobs: list[Job], dest, *, build: Callable, parallel: int | None = None,
                progress: Callable[[int, int, Outcome], None] | None = None) -> PrecompileReport:
     """Build every job (`parallel` at a time) and write the successes to a bundle at `dest`.
 
     Compiles run in threads: the compilers are separate processes or release the GIL, and one
     process shares one cache and its single-flight locks."""
-    build = build or _default_build()
     writer = BundleWriter(dest)
     outcomes = []
     try:

@@ -26,6 +26,10 @@ DTYPES = {d.name: d for d in (
     DType("uint8", 1, "unsigned char", (1, 8), "uint8"),
     DType("int8", 1, "signed char", (0, 8), "int8"),
 )}
+# The dtype groups ops accept, named once: matrix units take 16-bit floats; results and epilogues
+# are written as 16- or 32-bit floats.
+MMA_INPUTS = ("bfloat16", "float16")
+FLOAT_OUTPUTS = ("bfloat16", "float16", "float32")
 _BY_DLPACK = {d.dlpack: d for d in DTYPES.values()}
 _ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "f16": "float16",
             "fp32": "float32", "float": "float32", "f32": "float32", "fp64": "float64"}

@@ -327,3 +327,41 @@ class DeviceStaging:
         for ptr in self.buffers:
             self.device.free(ptr)
         return False
+
+
+# --- host staging for the shared launch path ----------------------------------------------------
+def dense_host_layout(arr: Array):
+    """(keep-alive host array, pointer, bytes, strides) of a dense host copy of `arr` as the device
+    will see it: a 2-D array keeps its own layout (row- or column-major) with rows padded to 16
+    bytes, any other rank becomes contiguous. No copy when `arr` already is so."""
+    if arr.ndim == 2:
+        col = arr.strides[0] == 1 and arr.strides[1] != 1 and min(arr.shape) > 1
+        layout = "col" if col else "row"
+        host, ptr, nbytes, ld = dense_host_copy(arr, layout, pad_to=max(1, 16 // arr.dtype.itemsize))
+        return host, ptr, nbytes, ((1, ld) if col else (ld, 1))
+    host, ptr, nbytes, _ = dense_host_copy(arr, "row")
+    return host, ptr, nbytes, contiguous_strides(arr.shape)
+
+
+def copy_back(arr: Array, host) -> None:
+    """After a staged run: put `host` (the dense copy the device result was downloaded into) into
+    the caller's array, unless it is that array."""
+    obj = arr.obj if arr.framework != "dlpack" else None
+    if host is obj:
+        return
+    if arr.framework == "torch":
+        obj.copy_(host)
+    elif arr.framework == "numpy":
+        obj[...] = host
+    else:
+        raise UnsupportedArrayError("hkjit cannot write a result back into this host array; pass a NumPy "
+                                    "array or a torch CPU tensor as out=")
+
+
+def writable(arr: Array) -> bool:
+    """False for arrays the producer marked read-only (NumPy's writeable flag, DLPack's READ_ONLY)."""
+    if arr.framework == "numpy":
+        return bool(arr.obj.flags.writeable)
+    if arr.framework in ("dlpack", "jax") and isinstance(arr.obj, tuple):
+        return not read_capsule(arr.obj[1])[1]
+    return True

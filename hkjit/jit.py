@@ -52,7 +52,7 @@ def _spec_id(spec: Specialization, compiler) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def cache_key(spec: Specialization, compiler=None, request=None) -> str:
+def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
     """The cache key of `spec`. The key covers the compiler's identity, but asking a compiler
     who it is can cost more than the rest of a warm start (importing NVRTC alone: ~60 ms), so
     the key found last time is kept in an index beside the cache and reused while the compiler's
@@ -71,7 +71,7 @@ def cache_key(spec: Specialization, compiler=None, request=None) -> str:
         except CompilerNotFoundError:
             key = _key_from_bundles(cache, spec)
             if key is None and cache.offline:
-                key = _offline_key(cache, spec, request)
+                key = _offline_key(cache, spec, miss_hint)
             if key is None:
                 raise
         else:
@@ -82,13 +82,13 @@ def cache_key(spec: Specialization, compiler=None, request=None) -> str:
     return key
 
 
-def _offline_key(cache, spec, request):
+def _offline_key(cache, spec, miss_hint):
     """Offline with no compiler and no bundle holding `spec`: the key under the bundles' first
     toolchain (so the cache reports the miss with its key and manifest line), else the miss itself."""
     tcs = cache.toolchains(spec.target.id)
     if tcs:
         return cache_mod.make_key(spec_mod.key_parts(spec, tcs[0]["compiler"], tcs[0].get("flags") or []))
-    raise OfflineMissError("offline mode is on and no bundle holds " + _describe_miss(spec, None, request))
+    raise OfflineMissError("offline mode is on and no bundle holds " + _describe_miss(spec, None, miss_hint))
 
 
 def _key_from_bundles(cache, spec):
@@ -155,37 +155,30 @@ def _compile(spec: Specialization, key: str, compiler, cache):
     return build
 
 
-def build_spec(spec: Specialization, compiler=None, cache=None, request=None) -> Built:
-    """`request`: the hkjit.build keywords that give `spec` (for offline-miss messages)."""
+def build_spec(spec: Specialization, compiler=None, cache=None, miss_hint=None) -> Built:
+    """`miss_hint`: a callable giving text for an offline miss (how to ship the kernel)."""
     cache = cache or cache_mod.default_cache()
-    key = cache_key(spec, compiler, request)
+    key = cache_key(spec, compiler, miss_hint)
     entry, built = cache.get_or_build(key, _compile(spec, key, compiler, cache),
-                                      describe=lambda: _describe_miss(spec, key, request))
+                                      describe=lambda: _describe_miss(spec, key, miss_hint))
     return Built(spec.op, spec.target.id, key, entry.code, entry.meta, spec.param_dict, built)
 
 
-def _describe_miss(spec: Specialization, key, request) -> str:
+def _describe_miss(spec: Specialization, key, miss_hint) -> str:
     text = spec.describe() + (f" (key {key})" if key else "")
-    if request is None:
-        return text
-    from . import deploy
-    line = deploy.manifest_line(spec.op, spec.target.id, request)
-    return f"{text}.\nTo ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  {line}"
+    return f"{text}.\n{miss_hint()}" if miss_hint is not None else text
 
 
 _loaded: dict = {}   # (key, device kind, device index) -> loaded kernel
 
 
-def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None, request=None):
-    key = cache_key(spec, compiler, request)
+def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None, miss_hint=None):
+    key = cache_key(spec, compiler, miss_hint)
     slot = (key, device.kind, device.index)
     kernel = _loaded.get(slot)
     if kernel is not None:
         return kernel
-    if request is not None:
-        from . import deploy
-        deploy.record(spec.op, spec.target.id, request)
-    built = build_spec(spec, compiler, request=request)
+    built = build_spec(spec, compiler, miss_hint=miss_hint)
     try:
         kernel = device.load(built.code, spec.entry, dynamic_smem)
     except Exception as e:
@@ -193,7 +186,13 @@ def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None
             raise
         # A cached image the runtime rejects is as corrupt as a bad checksum: set it aside, rebuild.
         cache_mod.default_cache().invalidate(key, f"runtime rejected the image: {e}")
-        built = build_spec(spec, compiler, request=request)
+        built = build_spec(spec, compiler, miss_hint=miss_hint)
         kernel = device.load(built.code, spec.entry, dynamic_smem)
     _loaded[slot] = kernel
     return kernel
+
+
+def reset() -> None:
+    """Forget memoised keys and loaded kernels (the on-disk cache is untouched)."""
+    _keys.clear()
+    _loaded.clear()

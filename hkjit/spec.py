@@ -58,14 +58,21 @@ class Specialization:
     kernel_type: str       # C++ type, e.g. "gemm_hopper<hk::bf16, hk::bf16, 128, 256, ...>"
     entry: str             # extern "C" name of the generated kernel
     params: tuple          # sorted ((name, value), ...) of the validated parameters
+    # ((member, value), ...): facts Python derived that the C++ type must agree with (threads,
+    # dynamic_smem, ...); the generated unit static_asserts each, so a formula kept on both sides
+    # can never drift apart unnoticed.
+    checks: tuple = ()
 
     def __post_init__(self):
         if not _CPP_TYPE.match(self.kernel_type):
             raise InvalidArgumentError(f"refusing to generate source for kernel type {self.kernel_type!r}")
         if not _IDENT.match(self.entry) or not re.match(r"^[A-Za-z0-9_.\-]+$", self.source):
             raise InvalidArgumentError(f"bad entry {self.entry!r} or source {self.source!r}")
-        for name, value in self.params:
+        for name, value in self.params + self.checks:
             check_value(name, value)
+        for name, value in self.checks:
+            if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"bad check {name}={value!r}: a member name and an int")
 
     @property
     def param_dict(self) -> dict:
@@ -86,7 +93,9 @@ def render(spec: Specialization) -> str:
             f"// {spec.op} specialised on\n{params}\n"
             f'#include "{spec.source}"\n'
             f"using hkjit_kernel = {spec.kernel_type};\n"
-            f"HK_ENTRY({spec.entry}, hkjit_kernel)\n")
+            + "".join(f'static_assert(hkjit_kernel::{k} == {v}, "hkjit: the Python plan and the C++ kernel '
+                      f'disagree on {k}");\n' for k, v in spec.checks)
+            + f"HK_ENTRY({spec.entry}, hkjit_kernel)\n")
 
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import api, targets
+from . import targets
 
 _AMD_CLASSES = (
     ("mfma", re.compile(r"^v_mfma")),
@@ -129,36 +129,25 @@ def nvidia_instruction_mix(code: bytes) -> dict | None:
             "instructions": sum(ops.values())}
 
 
-def inspect(op: str, arch: str, **params) -> dict | list:
-    """The static report of `op` on each target in `arch` (comma-separated)."""
-    if "," in arch:
-        return [inspect(op, a, **params) for a in arch.split(",")]
-    target = targets.parse(arch)
-    if op == "gemm":
-        params.setdefault("m", 8192)
-        params.setdefault("n", 8192)
-        params.setdefault("k", 8192)
-    built = api.build(op, target=target.id, **params)
-    cfg = built.meta.get("params", {})
-    report = {"op": op, "target": target.id, "key": built.key, "params": cfg, "code_bytes": len(built.code)}
-    report.update({k: v for k, v in built.meta.items() if k not in ("params", "op", "target")})
+def report(built, config, threads: int) -> dict:
+    """The static figures of a built kernel: its metadata (registers, LDS/shared memory, spills),
+    occupancy on AMD from registers and LDS, and the instruction mix where a disassembler is
+    installed. `config`: the op's tile configuration; `threads`: the block size."""
+    target = targets.parse(built.target)
+    out = {"op": built.op, "target": target.id, "key": built.key, "params": dict(config),
+           "code_bytes": len(built.code)}
+    out.update({k: v for k, v in built.meta.items() if k not in ("params", "op", "target")})
     if target.is_amd:
-        waves = cfg.get("waves", 1)
-        report.update(amd_occupancy(target, report["vgprs"], report["agprs"], report["lds_bytes"], waves))
+        waves = threads // target.wave_size
+        out.update(amd_occupancy(target, out["vgprs"], out["agprs"], out["lds_bytes"], waves))
         insts = amd_disassembly(built.code, target.arch)
         if insts is not None:
-            mix = amd_instruction_mix(insts)
-            report["instruction_mix"] = mix
-            if op == "gemm" and "mfma_m" in cfg:
-                per_wave = mix["main_loop"].get("mfma", 0)
-                expected = cfg["block_m"] * cfg["block_n"] * cfg["block_k"] // (cfg["mfma_m"] ** 2 * cfg["mfma_k"])
-                report["mfma_per_k_step"] = {"per_wave": per_wave, "per_block": per_wave * waves,
-                                             "tile_arithmetic": expected}
+            out["instruction_mix"] = amd_instruction_mix(insts)
     else:
         mix = nvidia_instruction_mix(built.code)
         if mix is not None:
-            report["instruction_mix"] = mix
-    return report
+            out["instruction_mix"] = mix
+    return out
 
 
 def format_report(report) -> str:

@@ -18,6 +18,7 @@ class Target:
     smem_per_block: int = field(default=0, compare=False)   # LDS / shared memory a block may use
     max_threads: int = field(default=1024, compare=False)
     regs_per_thread: int = field(default=255, compare=False)  # VGPR+AGPR on CDNA
+    regs_per_block: int = field(default=0, compare=False)      # 32-bit registers a block may hold (NVIDIA)
     compute_units: int = field(default=0, compare=False)    # CUs / SMs of the flagship part
 
     @property
@@ -42,7 +43,7 @@ _ARCHS = {
     "gfx950": dict(vendor="amd", wave_size=64, smem_per_block=160 * 1024, max_threads=1024,
                    regs_per_thread=512, compute_units=256),
     "sm_90a": dict(vendor="nvidia", wave_size=32, smem_per_block=227 * 1024, max_threads=1024,
-                   regs_per_thread=255, compute_units=132),
+                   regs_per_thread=255, regs_per_block=65536, compute_units=132),
 }
 SUPPORTED = tuple(_ARCHS)
 _FEATURE = re.compile(r"^(sramecc|xnack)[+-]$")

@@ -43,9 +43,7 @@ def cache_dir(tmp_path, monkeypatch):
     """A fresh, private cache for one test."""
     d = tmp_path / "cache"
     monkeypatch.setenv("HKJIT_CACHE_DIR", str(d))
-    from hkjit import cache, jit
-    monkeypatch.setattr(cache, "_default", None, raising=False)
-    jit._keys.clear()
-    jit._loaded.clear()
+    import hkjit
+    hkjit.reset_state()
     yield d
-    monkeypatch.setattr(cache, "_default", None, raising=False)
+    hkjit.reset_state()

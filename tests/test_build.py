@@ -39,36 +39,32 @@ def test_second_build_is_a_cache_hit_with_no_compile(cache_dir, monkeypatch):
     again = hkjit.build("gemm", target="gfx950", **SMALL)
     assert not again.compiled and again.key == first.key and again.code == first.code
     # A new process has an empty memory table: the entry must come from disk, still without compiling.
-    from hkjit import cache
-    monkeypatch.setattr(cache, "_default", None)
-    jit._keys.clear()
+    hkjit.reset_state()
     from_disk = hkjit.build("gemm", target="gfx950", **SMALL)
     assert not from_disk.compiled and from_disk.code == first.code
 
 
 @needs_clang
 def test_key_changes_with_target_tiles_and_dtype(cache_dir):
-    base = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **SMALL)[0])
-    other_target = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx942", **SMALL)[0])
-    other_dtype = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", **{**SMALL, "dtype": "float16"})[0])
+    base = jit.cache_key(hkjit.ops.get("gemm").plan("gfx950", **SMALL).spec)
+    other_target = jit.cache_key(hkjit.ops.get("gemm").plan("gfx942", **SMALL).spec)
+    other_dtype = jit.cache_key(hkjit.ops.get("gemm").plan("gfx950", **{**SMALL, "dtype": "float16"}).spec)
     assert len({base, other_target, other_dtype}) == 3
 
 
 @needs_clang
 def test_runtime_extents_do_not_change_the_kernel(cache_dir):
     """M, N, K are kernel arguments: two sizes in one shape class share one compiled kernel."""
-    a = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096)[0])
-    b = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4160)[0])
-    c = jit.cache_key(hkjit.ops.get("gemm").specialize("gfx950", m=4096, n=4096, k=4096,
-                                                       specialize_shapes=True)[0])[0]
+    a = jit.cache_key(hkjit.ops.get("gemm").plan("gfx950", m=4096, n=4096, k=4096).spec)
+    b = jit.cache_key(hkjit.ops.get("gemm").plan("gfx950", m=4096, n=4096, k=4160).spec)
+    c = jit.cache_key(hkjit.ops.get("gemm").plan("gfx950", m=4096, n=4096, k=4096,
+                                                       specialize_shapes=True).spec)
     assert a == b and c != a
 
 
 def _fresh_process_state(monkeypatch):
     """What a new process has: no memory table, no memoised keys."""
-    from hkjit import cache
-    monkeypatch.setattr(cache, "_default", None)
-    jit._keys.clear()
+    hkjit.reset_state()
 
 
 @needs_clang

@@ -25,7 +25,7 @@ import pytest
 
 import hkjit
 from hkjit import cache as cache_mod
-from hkjit import deploy
+from hkjit import deploy, ops
 from hkjit.cache import Bundle, Cache, CacheWarning, make_key
 from hkjit.errors import BundleError, CompileError, CompilerNotFoundError, InvalidArgumentError
 
@@ -124,7 +124,7 @@ def precompile(jobs, dest, **kwargs):
 def fleet_jobs(tmp_path, archs=FLEET) -> list:
     manifest = tmp_path / "fleet.toml"
     manifest.write_text(FLEET_MANIFEST)
-    return deploy.load_manifest(manifest, archs=archs)
+    return deploy.load_manifest(manifest, archs=archs, shape_params=ops.shape_params)
 
 
 def run_fresh_process(code: str, env: dict, **names) -> subprocess.CompletedProcess:
@@ -148,11 +148,11 @@ def offline_env(tmp_path, bundle, **extra) -> dict:
 
 RESOLVE_ALL = """
     import json, shutil
-    from hkjit import deploy
+    from hkjit import deploy, ops
     from test_deploy import fake_build, FAKE_CC
     assert shutil.which(FAKE_CC) is None, "a compiler is on PATH"
     results = []
-    for job in deploy.load_manifest(MANIFEST, archs=ARCHS):
+    for job in deploy.load_manifest(MANIFEST, archs=ARCHS, shape_params=ops.shape_params):
         b = fake_build(job.op, target=job.target, **job.param_dict)
         results.append([job.op, job.target, b.key, b.compiled, b.code.decode()])
     print(json.dumps(results))
@@ -204,7 +204,7 @@ def test_manifest_expands_shapes_dtypes_sweeps_and_targets(tmp_path):
         dtypes = ["bfloat16", "float16"]
         sweep = { block_m = [128, 256] }
         """))
-    jobs = deploy.load_manifest(manifest)
+    jobs = deploy.load_manifest(manifest, shape_params=ops.shape_params)
     assert len(jobs) == 1 + 2 * 3 * 2 * 2
     assert jobs[0] == deploy.Job("gemm", "gfx950", (("a_layout", "row"), ("k", 64), ("m", 64), ("n", 64)))
     sm90 = [j for j in jobs if j.target == "sm_90a"]
@@ -213,9 +213,9 @@ def test_manifest_expands_shapes_dtypes_sweeps_and_targets(tmp_path):
     assert {j.param_dict["block_m"] for j in sm90} == {128, 256}
     assert all(j.param_dict["a_layout"] == "row" for j in jobs)
 
-    retargeted = deploy.load_manifest(manifest, archs=["gfx950"])   # --arch replaces every entry's targets
+    retargeted = deploy.load_manifest(manifest, archs=["gfx950"], shape_params=ops.shape_params)   # --arch replaces every entry's targets
     assert {j.target for j in retargeted} == {"gfx950"} and len(retargeted) == 1 + 3 * 2 * 2
-    assert deploy.load_manifest(manifest, ops={"softmax"}) == []
+    assert deploy.load_manifest(manifest, ops={"softmax"}, shape_params=ops.shape_params) == []
 
 
 @pytest.mark.parametrize("text, message", [
@@ -234,7 +234,7 @@ def test_manifest_errors_say_where_and_how_to_fix(tmp_path, text, message):
     manifest = tmp_path / "bad.toml"
     manifest.write_text(text)
     with pytest.raises(InvalidArgumentError, match=message) as err:
-        deploy.load_manifest(manifest)
+        deploy.load_manifest(manifest, shape_params=ops.shape_params)
     assert str(manifest) in str(err.value)
 
 
@@ -322,7 +322,7 @@ def test_precompile_for_three_targets_without_a_gpu(tmp_path, fakecc):
 
 def test_precompile_cli_reports_failures_and_exits_nonzero(tmp_path, fakecc, monkeypatch, capsys):
     from hkjit import cli
-    monkeypatch.setattr(hkjit, "build", fake_build)
+    monkeypatch.setattr(hkjit.api, "build", fake_build)
     manifest = tmp_path / "m.toml"
     manifest.write_text('kernels = [\n  { op = "gemm", m = 64, n = 64, k = 64 },\n'
                         '  { op = "gemm", m = 64, n = 64, k = 64, block_m = 999 },\n'
@@ -666,7 +666,7 @@ NO_COMPILER_PRELUDE = """
 def test_real_precompile_then_offline_without_compilers(tmp_path, real_compilers):
     manifest = tmp_path / "fleet.toml"
     manifest.write_text(FLEET_MANIFEST)
-    jobs = deploy.load_manifest(manifest, archs=FLEET)
+    jobs = deploy.load_manifest(manifest, archs=FLEET, shape_params=ops.shape_params)
     report = deploy.precompile(jobs, tmp_path / "bundle", build=hkjit.build)
     assert report.failed == [], report.summary()
     assert deploy.verify_bundle(tmp_path / "bundle") == []
@@ -674,7 +674,7 @@ def test_real_precompile_then_offline_without_compilers(tmp_path, real_compilers
     env = offline_env(tmp_path, tmp_path / "bundle")
     proc = run_fresh_process(NO_COMPILER_PRELUDE + """
     out = []
-    for job in deploy.load_manifest(MANIFEST, archs=ARCHS):
+    for job in deploy.load_manifest(MANIFEST, archs=ARCHS, shape_params=hkjit.ops.shape_params):
         b = hkjit.build(job.op, target=job.target, **job.param_dict)
         out.append([job.target, b.key, b.compiled])
     print(json.dumps(out))

@@ -53,22 +53,15 @@ TIERS = {
 @pytest.fixture(scope="module", autouse=True)
 def _private_cache(tmp_path_factory):
     """One fresh kernel cache for the module: reproducible (cold) timing, nothing left behind."""
-    from hkjit import cache, jit
-    from hkjit.ops import gemm as gemm_op
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HKJIT_CACHE_DIR", str(tmp_path_factory.mktemp("hkjit-cache")))
-        mp.setattr(cache, "_default", None, raising=False)
-        jit._keys.clear()
-        jit._loaded.clear()
+        hkjit.reset_state()
         _prebuild()
         yield
         # drop the loaded simulator kernels (~100k Python objects each, in reference cycles: their
         # compiled blocks) and collect them once, or every later collection walks millions
-        jit._keys.clear()
-        jit._loaded.clear()
-        gemm_op._launchers.clear()
+        hkjit.reset_state()
         gc.collect()
-        mp.setattr(cache, "_default", None, raising=False)
 
 
 def _prebuild():

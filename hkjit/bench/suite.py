@@ -8,6 +8,7 @@ report in docs/benchmarks.md).
 """
 
 import datetime
+import importlib
 import json
 import platform
 import sys
@@ -17,9 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__, runtime
+from .. import __version__, api, ops, runtime
 
-OPS = ("gemm",)
+
+def op_benchmarks(names=None) -> dict:
+    """name -> the op's benchmark module (hkjit/bench/<op>.py) for every registered op that has one.
+    A module offers any of: run(quick, log) (GPU, against peers), markdown(rows), plot(rows, env,
+    directory), static_shapes(quick), simulator_checks(), simulator_speed()."""
+    found = {}
+    for name in names or ops.names():
+        try:
+            found[name] = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError:
+            continue
+    return found
 
 
 def _log(msg=""):
@@ -40,21 +52,19 @@ def environment() -> dict:
 
 
 def cold_compile(targets=("sm_90a", "gfx950", "gfx942")) -> list:
-    """Seconds to specialise + compile + store each op's default 4096³ kernel into an empty cache."""
+    """Seconds to specialise + compile + store each op's kernel at its default shape into an empty cache."""
     import os
-    from .. import api, cache, jit
     rows = []
     old = os.environ.get("HKJIT_CACHE_DIR")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["HKJIT_CACHE_DIR"] = tmp
-        cache._default = None
-        jit._keys.clear()
+        api.reset_state()
         try:
-            for op in OPS:
+            for op in ops.names():
                 for target in targets:
                     t0 = time.perf_counter()
                     try:
-                        built = api.build(op, target=target, m=4096, n=4096, k=4096)
+                        built = api.build(op, target=target, **ops.get(op).default_shape)
                         rows.append({"op": op, "target": target, "seconds": time.perf_counter() - t0,
                                      "compiler": built.meta.get("compiler", "")})
                     except Exception as e:
@@ -64,107 +74,30 @@ def cold_compile(targets=("sm_90a", "gfx950", "gfx942")) -> list:
                 os.environ.pop("HKJIT_CACHE_DIR", None)
             else:
                 os.environ["HKJIT_CACHE_DIR"] = old
-            cache._default = None
-            jit._keys.clear()
+            api.reset_state()
     return rows
 
 
-def static_amd(shapes) -> list:
-    from .. import static
+def static_amd(benches, quick) -> list:
+    """`hkjit inspect` figures of every op on gfx950 and gfx942, at the shapes its benchmark names."""
     rows = []
-    for arch in ("gfx950", "gfx942"):
-        for (M, N, K) in shapes:
-            try:
-                r = static.inspect("gemm", arch, m=M, n=N, k=K)
-            except Exception as e:
-                rows.append({"target": arch, "shape": [M, N, K], "error": f"{type(e).__name__}: {e}"[:200]})
-                continue
-            p = r["params"]
-            rows.append({"target": arch, "shape": [M, N, K],
-                         "tile": f"{p.get('block_m')}x{p.get('block_n')}x{p.get('block_k')} w{p.get('waves')}",
-                         "vgprs": r["vgprs"], "agprs": r["agprs"], "sgprs": r["sgprs"], "lds_bytes": r["lds_bytes"],
-                         "spills": r["spills"], "waves_per_simd": r.get("waves_per_simd"),
-                         "mfma_per_k_step": r.get("mfma_per_k_step")})
+    for op in ops.names():
+        bench = benches.get(op)
+        shapes = bench.static_shapes(quick) if bench and hasattr(bench, "static_shapes") else [ops.get(op).default_shape]
+        for arch in ("gfx950", "gfx942"):
+            for shape in shapes:
+                label = "×".join(str(v) for v in shape.values())
+                try:
+                    r = api.inspect(op, arch, **shape)
+                except Exception as e:
+                    rows.append({"op": op, "target": arch, "shape": label, "error": f"{type(e).__name__}: {e}"[:200]})
+                    continue
+                p = r["params"]
+                tile = "x".join(str(p[k]) for k in ("block_m", "block_n", "block_k") if k in p)
+                rows.append({"op": op, "target": arch, "shape": label, "tile": tile, "vgprs": r["vgprs"],
+                             "agprs": r["agprs"], "sgprs": r["sgprs"], "lds_bytes": r["lds_bytes"], "spills": r["spills"],
+                             "waves_per_simd": r.get("waves_per_simd"), "mfma_per_k_step": r.get("mfma_per_k_step")})
     return rows
-
-
-def simulator_checks() -> list:
-    """Each op at small ragged shapes on sim:gfx942 and sim:gfx950 against a float64 reference."""
-    import hkjit
-    rows = []
-    rng = np.random.default_rng()
-    try:
-        import ml_dtypes
-        bf16 = ml_dtypes.bfloat16
-    except ImportError:
-        bf16 = np.float16
-    for dev in ("sim:gfx942", "sim:gfx950"):
-        for (M, N, K) in ((128, 128, 128), (200, 136, 96), (37, 50, 29)):
-            a = rng.standard_normal((M, K)).astype(bf16)
-            b = rng.standard_normal((K, N)).astype(bf16)
-            t0 = time.perf_counter()
-            try:
-                c = hkjit.gemm(a, b, device=dev, out_dtype="float32")
-                ref = a.astype(np.float64) @ b.astype(np.float64)
-                err = float(np.linalg.norm(c - ref) / np.linalg.norm(ref))
-                rows.append({"op": "gemm", "device": dev, "shape": [M, N, K], "rel_err": err,
-                             "passed": bool(err < 1e-2), "seconds": time.perf_counter() - t0})
-            except Exception as e:
-                rows.append({"op": "gemm", "device": dev, "shape": [M, N, K], "passed": False,
-                             "error": f"{type(e).__name__}: {e}"[:300]})
-    return rows
-
-
-def simulator_speed() -> list:
-    """Wave-instructions per second of the simulator on one core, running hkjit.gemm's code
-    objects on sim:* with hazard checks on (the default), after a warm-up launch."""
-    import hkjit
-    from ..ops import gemm as gemm_op
-    rows = []
-    rng = np.random.default_rng()
-    for dev in ("sim:gfx950", "sim:gfx942"):
-        for (M, N, K) in ((256, 256, 256), (1024, 1024, 256)):
-            a = rng.standard_normal((M, K)).astype(np.float16)
-            b = rng.standard_normal((K, N)).astype(np.float16)
-            hkjit.gemm(a, b, device=dev)  # compile / load / first run
-            launcher = next(l for sig, l in gemm_op._launchers.items()
-                            if sig[7:10] == (M, N, K) and sig[12] == "sim" and sig[13] == dev[4:])
-            sim_kernel = launcher.kernel.kernel
-            before = sim_kernel.wave_instructions
-            t0 = time.perf_counter()
-            hkjit.gemm(a, b, device=dev)
-            seconds = time.perf_counter() - t0
-            count = sim_kernel.wave_instructions - before
-            rows.append({"device": dev, "shape": [M, N, K], "seconds": seconds, "wave_instructions": count,
-                         "per_second": count / seconds})
-    return rows
-
-
-def plot(results, directory):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    rows = results.get("gemm") or []
-    for layout in sorted({r["layout"] for r in rows}):
-        sel = [r for r in rows if r["layout"] == layout]
-        labels = [f"{r['M']}x{r['N']}x{r['K']}" for r in sel]
-        x = np.arange(len(sel))
-        fig, ax = plt.subplots(figsize=(9, 4))
-        ax.bar(x - 0.2, [r["hkjit_tflops"] for r in sel], 0.4, label="hkjit")
-        ax.bar(x + 0.2, [r["cublas_tflops"] for r in sel], 0.4, label="torch.matmul (cuBLAS)")
-        ax.set_xticks(x, labels, rotation=20, fontsize=8)
-        ax.set_ylabel("TFLOP/s")
-        ax.set_title(f"bf16 GEMM ({layout}) on {results['env'].get('device', '?')}")
-        ax.legend()
-        fig.tight_layout()
-        path = directory / f"gemm_{layout}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
-    return paths
 
 
 def markdown(results, plots=()) -> str:
@@ -173,19 +106,9 @@ def markdown(results, plots=()) -> str:
            f"Generated by `{env.get('command')}` on {env.get('date')}.", "",
            "| | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in env.items() if k not in ("command", "date")]
-    if results.get("gemm"):
-        out += ["", "## GEMM vs torch.matmul (cuBLAS), bf16, same process", "",
-                "Medians of CUDA-event timings (triton.testing.do_bench), hkjit and cuBLAS alternated over three "
-                "rounds (the spread columns give max/min − 1 across rounds), inputs rotated past L2, each "
-                "configuration checked against a float32 reference first. `nt` = B transposed (A·Bᵀ).", "",
-                "| M×N×K | layout | hkjit TFLOP/s | cuBLAS TFLOP/s | ratio | spread hkjit / cuBLAS | rel. error |",
-                "|---|---|---|---|---|---|---|"]
-        for r in results["gemm"]:
-            out.append(f"| {r['M']}×{r['N']}×{r['K']} | {r['layout']} | {r['hkjit_tflops']:.1f} | "
-                       f"{r['cublas_tflops']:.1f} | {r['ratio']:.3f} | {r['hkjit_spread']:.1%} / "
-                       f"{r['cublas_spread']:.1%} | {r['rel_err']:.1e} |")
-        for p in plots:
-            out += ["", f"![{Path(p).stem}]({Path(p).name if 'img' not in p else 'img/' + Path(p).name})"]
+    for name, bench in op_benchmarks().items():
+        if results.get(name) and hasattr(bench, "markdown"):
+            out += bench.markdown(results[name], [p for p in plots if Path(p).stem.startswith(name)])
     if results.get("hot_path"):
         out += ["", "## JIT: host µs per call (tiny inputs, same process)", "", "| path | µs per call |", "|---|---|"]
         out += [f"| {k} | {v if isinstance(v, str) else f'{v:.2f}'} |" for k, v in results["hot_path"].items()]
@@ -194,21 +117,21 @@ def markdown(results, plots=()) -> str:
         out += ["", f"Warm start (fresh process, populated cache): `import hkjit` {w['import_ms']:.1f} ms, "
                     f"first gemm result {w['first_result_ms']:.1f} ms of hkjit time (import excluded)."]
     if results.get("cold_compile"):
-        out += ["", "## JIT: cold compile, default 4096³ GEMM", "", "| op | target | seconds | compiler |",
+        out += ["", "## JIT: cold compile, each op at its default shape", "", "| op | target | seconds | compiler |",
                 "|---|---|---|---|"]
         for r in results["cold_compile"]:
             compiler = str(r.get("compiler", r.get("error", ""))).split(" | ")[0]  # first line of --version
             out.append(f"| {r['op']} | {r['target']} | {r.get('seconds', float('nan')):.2f} | {compiler} |")
     if results.get("static_amd"):
         out += ["", "## AMD static report (clang-22; compiled, never run on AMD hardware)", "",
-                "| target | M×N×K | tile | VGPR/AGPR/SGPR | LDS | spills | waves/SIMD | MFMA per K-step (block / tile arithmetic) |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| op | target | shape | tile | VGPR/AGPR/SGPR | LDS | spills | waves/SIMD | MFMA per K-step (block / tile arithmetic) |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in results["static_amd"]:
             if "error" in r:
-                out.append(f"| {r['target']} | {r['shape']} | error: {r['error']} | | | | | |")
+                out.append(f"| {r.get('op', '')} | {r['target']} | {r['shape']} | error: {r['error']} | | | | | |")
                 continue
             k = r.get("mfma_per_k_step") or {}
-            out.append(f"| {r['target']} | {'×'.join(map(str, r['shape']))} | {r['tile']} | "
+            out.append(f"| {r.get('op', '')} | {r['target']} | {r['shape']} | {r['tile']} | "
                        f"{r['vgprs']}/{r['agprs']}/{r['sgprs']} | {r['lds_bytes'] // 1024} KiB | {r['spills']} | "
                        f"{r['waves_per_simd']} | {k.get('per_block', '?')} / {k.get('tile_arithmetic', '?')} |")
     if results.get("simulator"):
@@ -216,13 +139,13 @@ def markdown(results, plots=()) -> str:
                 "| op | device | shape | result | seconds |", "|---|---|---|---|---|"]
         for r in results["simulator"]:
             verdict = f"pass (err {r['rel_err']:.1e})" if r.get("passed") else f"FAIL {r.get('error', r.get('rel_err'))}"
-            out.append(f"| {r['op']} | {r['device']} | {'×'.join(map(str, r['shape']))} | {verdict} | "
+            out.append(f"| {r['op']} | {r['device']} | {r['shape']} | {verdict} | "
                        f"{r.get('seconds', float('nan')):.2f} |")
     if results.get("simulator_speed"):
-        out += ["", "Simulator speed on one core (hazard checks on), GEMM code objects as above:", "",
-                "| device | M×N×K | seconds | wave-instructions | per second |", "|---|---|---|---|---|"]
+        out += ["", "Simulator speed on one core (hazard checks on), the code objects above:", "",
+                "| op | device | shape | seconds | wave-instructions | per second |", "|---|---|---|---|---|---|"]
         for r in results["simulator_speed"]:
-            out.append(f"| {r['device']} | {'×'.join(map(str, r['shape']))} | {r['seconds']:.2f} | "
+            out.append(f"| {r.get('op', '')} | {r['device']} | {r['shape']} | {r['seconds']:.2f} | "
                        f"{r['wave_instructions']:,} | {r['per_second']:,.0f} |")
     out += ["", "## Where the analyses are", "",
             "Per-kernel design notes, every measured variant with its prediction and outcome, and ncu "
@@ -257,17 +180,18 @@ def merge(results: dict, paths) -> dict:
     return results
 
 
-def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None, merge_paths=(),
+def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=None, merge_paths=(),
         gpu=True) -> dict:
     results = {"env": environment()}
     _log(f"hkjit bench on {results['env'].get('device', 'no GPU (static AMD report and simulator only)')}")
     have_gpu = gpu and bool(runtime.gpu_count("cuda"))
-    shapes = None
-    if have_gpu and "gemm" in ops:
-        from . import gemm, jit_overhead
-        _log("\nGEMM vs torch.matmul (cuBLAS):")
-        results["gemm"] = gemm.run(quick=quick, log=_log)
-        shapes = sorted({(r["M"], r["N"], r["K"]) for r in results["gemm"]})
+    benches = op_benchmarks(names)
+    if have_gpu:
+        for name, bench in benches.items():
+            if hasattr(bench, "run"):
+                _log(f"\n{name} vs its peers:")
+                results[name] = bench.run(quick=quick, log=_log)
+        from . import jit_overhead
         _log("\nJIT hot path:")
         results["hot_path"] = jit_overhead.hot_path_rows(log=_log)
         imp, first = jit_overhead.warm_start()
@@ -283,19 +207,25 @@ def run(ops=OPS, quick=False, json_path=None, plot_dir=None, markdown_path=None,
         results["amd_skipped"] = missing
     else:
         _log("\nAMD static report:")
-        from .gemm import SHAPES_FULL, SHAPES_QUICK
-        results["static_amd"] = static_amd(shapes or (SHAPES_QUICK if quick else SHAPES_FULL))
+        results["static_amd"] = static_amd(benches, quick)
         for r in results["static_amd"]:
             _log(f"  {r}")
         _log("\nSimulator:")
-        results["simulator"] = simulator_checks()
-        for r in results["simulator"]:
-            _log(f"  {r}")
-        results["simulator_speed"] = simulator_speed()
-        for r in results["simulator_speed"]:
-            _log(f"  {r['device']} gemm {r['shape']}: {r['seconds']:.2f} s, {r['per_second']:,.0f} wave-instructions/s")
+        results["simulator"], results["simulator_speed"] = [], []
+        for name, bench in benches.items():
+            for r in bench.simulator_checks() if hasattr(bench, "simulator_checks") else ():
+                results["simulator"].append(r)
+                _log(f"  {r}")
+            for r in bench.simulator_speed() if hasattr(bench, "simulator_speed") else ():
+                results["simulator_speed"].append(r)
+                _log(f"  {r['op']} {r['device']} {r['shape']}: {r['seconds']:.2f} s, "
+                     f"{r['per_second']:,.0f} wave-instructions/s")
     merge(results, merge_paths)
-    plots = plot(results, plot_dir) if plot_dir and results.get("gemm") else []
+    plots = []
+    if plot_dir:
+        for name, bench in benches.items():
+            if results.get(name) and hasattr(bench, "plot"):
+                plots += bench.plot(results[name], results["env"], plot_dir)
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2, default=str))
     if markdown_path:

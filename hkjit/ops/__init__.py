@@ -1,21 +1,47 @@
-"""Op definitions: one module per op. Each registers an object with
-`specialize(target, **params) -> (Specialization, plan)` used by `hkjit.build` and the op's
-public function."""
+"""The op registry. Every public module of this package defines one op and registers it on import;
+`hkjit.build`, `hkjit inspect`, manifests, `hkjit precompile` and `hkjit bench` ask the registry
+and name no op. Modules whose names start with `_` are an op's per-arch halves."""
+
+import importlib
+import pkgutil
 
 from ..errors import InvalidArgumentError
 
-OPS: dict = {}
+_OPS: dict = {}
+_discovered = False
 
 
 def register(op):
-    OPS[op.name] = op
+    _OPS[op.name] = op
     return op
 
 
-def get(name: str):
-    if not OPS:
-        from . import gemm  # noqa: F401  (registers itself)
+def _discover():
+    global _discovered
+    if not _discovered:
+        for info in pkgutil.iter_modules(__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{__name__}.{info.name}")
+        _discovered = True
+
+
+def get(name):
+    """The registered op called `name`."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"op must be a name such as 'gemm', got {name!r}")
+    if name not in _OPS:
+        _discover()
     try:
-        return OPS[name]
+        return _OPS[name]
     except KeyError:
-        raise InvalidArgumentError(f"unknown op {name!r}; hkjit has {', '.join(sorted(OPS))}") from None
+        raise InvalidArgumentError(f"unknown op {name!r}; hkjit has {', '.join(names())}") from None
+
+
+def names() -> list:
+    _discover()
+    return sorted(_OPS)
+
+
+def shape_params(name) -> tuple:
+    """The op's shape parameter names in order (what a manifest's `shapes = [[...]]` lists)."""
+    return get(name).shape_params

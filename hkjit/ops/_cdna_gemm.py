@@ -21,7 +21,8 @@ import ctypes
 import math
 
 from ..errors import InvalidArgumentError
-from ..dtypes import DTYPES, dtype as _dtype
+from ..dtypes import DTYPES, FLOAT_OUTPUTS, MMA_INPUTS, dtype as _dtype
+from ..op import Config, check_tiles
 from ..targets import Target, parse as _parse_target
 
 SOURCE = "gemm_cdna.hip"
@@ -29,8 +30,8 @@ TEMPLATE = "gemm_cdna"
 KERNEL = "hkjit_gemm"
 
 OVERRIDES = ("block_m", "block_n", "block_k", "waves", "stages", "group_m", "mfma")
-IN_DTYPES = ("bfloat16", "float16")
-OUT_DTYPES = ("bfloat16", "float16", "float32")
+IN_DTYPES = MMA_INPUTS
+OUT_DTYPES = FLOAT_OUTPUTS
 
 _MFMA = {  # (M=N, K) per target, bf16/fp16 inputs
     "gfx942": ((16, 16), (32, 8)),
@@ -143,17 +144,14 @@ def _validate(cfg, target):
              f"exceed {budget} for {w} waves; use a smaller block_m/block_n/block_k")
 
 
-class Config(dict):
-    """The configuration: a plain dict, plus `params` (the template parameters, in order)."""
-
-    @property
-    def params(self):
-        return {k: self[k] for k in ("in_dtype", "out_dtype", "block_m", "block_n", "block_k", "waves", "stages",
-                                     "group_m", "a_kmajor", "b_kmajor", "mfma_m", "mfma_k", "load_bytes")}
+def template_params(cfg) -> dict:
+    """The parameters the kernel is specialised on (the rest of the config derives from them)."""
+    return {k: cfg[k] for k in ("in_dtype", "out_dtype", "block_m", "block_n", "block_k", "waves", "stages",
+                                "group_m", "a_kmajor", "b_kmajor", "mfma_m", "mfma_k", "load_bytes")}
 
 
 def choose_config(M, N, K, a_kmajor, b_kmajor, in_dtype, out_dtype, target, overrides=None, alignment=16,
-                  num_sms=None, **_ignored):
+                  num_sms=None):
     """Validated configuration dict for an M x N x K GEMM on a CDNA target.
 
     a_kmajor: A (M x K) has unit stride along K (row-major A); else along M.
@@ -161,8 +159,7 @@ def choose_config(M, N, K, a_kmajor, b_kmajor, in_dtype, out_dtype, target, over
     alignment: bytes to which both base pointers and the non-unit strides of A and B (in bytes)
     are aligned; picks the direct-to-LDS width (16 on gfx950 when alignment % 16 == 0, else 4).
     overrides: any of block_m, block_n, block_k, waves, stages, group_m, mfma ("16x16x32").
-    num_sms: CU count used by the tier rule (default: the target's). Other keywords (e.g. bias=,
-    c=) are accepted and ignored: bias and Cin are run-time arguments here.
+    num_sms: CU count used by the tier rule (default: the target's).
     Raises InvalidArgumentError naming the limit and the valid choices."""
     target = _parse_target(target) if not isinstance(target, Target) else target
     if target.arch not in _MFMA:
@@ -287,3 +284,37 @@ def make_args(cfg, a_ptr, a_strides, b_ptr, b_strides, c_ptr, c_strides, M, N, K
     return Args(int(a_ptr or 0), int(b_ptr or 0), int(c_ptr or 0), int(bias_ptr or 0), int(cin_ptr or 0),
                 sam, sak, sbk, sbn, int(c_strides[0]), int(c_strides[1]),
                 int(cin_strides[0]), int(cin_strides[1]), int(M), int(N), int(K), float(alpha), float(beta))
+
+
+# ---- the interface every arch module of gemm implements (see hkjit/ops/gemm.py) --------------------
+TILES = OVERRIDES
+
+
+def configure(target, p: dict, tiles: dict) -> Config:
+    """Config for validated gemm params `p` (hkjit.ops.gemm.GEMM.params) and tile overrides. Bias
+    and C_in are run-time arguments here (null pointers when absent)."""
+    check_tiles(f"gemm ({target.arch})", tiles, TILES)
+    align = min(p["a_align"], p["b_align"])
+    if align < 4:
+        _err(f"gemm on {target.arch}: operands aligned to {align} bytes; direct-to-LDS loads need base "
+             "pointers and leading dimensions aligned to 4 bytes (hkjit.gemm copies such operands itself)")
+    return choose_config(p["m"], p["n"], p["k"], p["a_layout"] == "row", p["b_layout"] == "col", p["dtype"],
+                         p["out_dtype"], target, tiles, alignment=align, num_sms=p["num_sms"])
+
+
+def checks(cfg) -> tuple:
+    """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
+    return (("lds_bytes", lds_bytes(cfg)),)
+
+
+def launch_grid(cfg, p) -> tuple:
+    return grid(p["m"], p["n"], p["k"], cfg)
+
+
+def workspace(cfg, p) -> tuple:
+    return 0, 0
+
+
+def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace) -> Args:
+    return make_args(cfg, a, a_strides, b, b_strides, out, (ldc, 1), m, n, k, bias_ptr=bias, cin_ptr=c,
+                     cin_strides=(ldc_in, 1), alpha=alpha, beta=beta)

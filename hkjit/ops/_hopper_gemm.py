@@ -35,15 +35,19 @@ from __future__ import annotations
 
 import ctypes
 
-from ..dtypes import DTYPES
+from ..dtypes import DTYPES, FLOAT_OUTPUTS, MMA_INPUTS
 from ..errors import InvalidArgumentError
+from ..op import Config, check_tiles
+from ..targets import parse as _parse_target
 
 # ---- hardware limits (sm_90a) ---------------------------------------------------------------------
-SMEM_LIMIT = 227 * 1024          # dynamic shared memory a block may opt into
-MAX_THREADS = 1024
-REGS_PER_SM = 65536
-IN_DTYPES = ("bfloat16", "float16")
-OUT_DTYPES = ("bfloat16", "float16", "float32")
+_SM90A = _parse_target("sm_90a")
+SMEM_LIMIT = _SM90A.smem_per_block     # dynamic shared memory a block may opt into
+MAX_THREADS = _SM90A.max_threads
+REGS_PER_SM = _SM90A.regs_per_block
+IN_DTYPES = MMA_INPUTS
+OUT_DTYPES = FLOAT_OUTPUTS
+SOURCE = "gemm_hopper.cuh"
 
 BLOCK_K_CHOICES = (64,)
 BLOCK_N_CHOICES = (16, 32, 64, 128, 192, 256)   # wgmma N values wgmma_ops.hpp is generated for
@@ -305,12 +309,10 @@ def choose_config(M: int, N: int, K: int, a_kmajor: bool, b_kmajor: bool, in_dty
         _fail(f"split_k={split_k}", f"1 .. {SPLIT_K_MAX}")
     split_k = max(1, min(split_k, _cdiv(K, bk)))     # no more K-slices than k-tiles
 
-    cfg = dict(in_dtype=in_dtype, out_dtype=out_dtype, a_kmajor=bool(a_kmajor), b_kmajor=bool(b_kmajor),
-               block_m=bm, block_n=bn, block_k=bk, consumers=consumers, stages=stages, group_m=group_m,
-               has_bias=bool(has_bias), has_c=bool(has_c), a_tma=bool(a_tma), b_tma=bool(b_tma),
-               c_tma=bool(c_tma), persistent=bool(persistent), split_k=int(split_k))
-    cfg["key"] = tuple(cfg.values())     # hashable identity, used by make_args' cache
-    return cfg
+    return Config(in_dtype=in_dtype, out_dtype=out_dtype, a_kmajor=bool(a_kmajor), b_kmajor=bool(b_kmajor),
+                  block_m=bm, block_n=bn, block_k=bk, consumers=consumers, stages=stages, group_m=group_m,
+                  has_bias=bool(has_bias), has_c=bool(has_c), a_tma=bool(a_tma), b_tma=bool(b_tma),
+                  c_tma=bool(c_tma), persistent=bool(persistent), split_k=int(split_k))
 
 
 def template_args(cfg) -> str:
@@ -425,7 +427,7 @@ def make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, 
 
     Repeated calls with the same arguments return the same (cached) Args object: treat it as
     read-only."""
-    key = (cfg.get("key"), a_ptr, tuple(a_shape), tuple(a_strides), b_ptr, tuple(b_shape), tuple(b_strides),
+    key = (tuple(cfg.items()), a_ptr, tuple(a_shape), tuple(a_strides), b_ptr, tuple(b_shape), tuple(b_strides),
            c_ptr, tuple(c_strides), bias_ptr, c_in_ptr, tuple(c_in_strides) if c_in_strides else None,
            float(alpha), float(beta), encode_tensor_map, workspace_ptr)
     hit = _ARGS_CACHE.get(key)
@@ -478,3 +480,49 @@ def _make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr,
     g.M, g.N, g.K = M, N, K
     g.alpha, g.beta = alpha, beta
     return g
+
+
+# ---- the interface every arch module of gemm implements (see hkjit/ops/gemm.py) --------------------
+TILES = OVERRIDES
+
+
+def configure(target, p: dict, tiles: dict) -> Config:
+    """Config for validated gemm params `p` (hkjit.ops.gemm.GEMM.params) and tile overrides."""
+    check_tiles("gemm (sm_90a)", tiles, TILES)
+    # TMA addresses an operand when its base and row stride are 16-byte aligned; the output is
+    # TMA-stored when it is 16-bit, aligned likewise, and its rows are whole 16-byte units.
+    c_tma = DTYPES[p["out_dtype"]].itemsize == 2 and p["c_align"] == 16 and (p["n"] * 2) % 16 == 0
+    return choose_config(p["m"], p["n"], p["k"], p["a_layout"] == "row", p["b_layout"] == "col", p["dtype"],
+                         p["out_dtype"], p["num_sms"], tiles, has_bias=p["bias"], has_c=p["c"],
+                         a_tma=p["a_align"] % 16 == 0, b_tma=p["b_align"] % 16 == 0, c_tma=c_tma)
+
+
+def template_params(cfg) -> dict:
+    return dict(cfg)
+
+
+def kernel_type(cfg) -> str:
+    return f"gemm_hopper<{template_args(cfg)}>"
+
+
+def checks(cfg) -> tuple:
+    """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
+    if cfg["consumers"] < 2:
+        return ()
+    return (("CONSUMER_REGS", consumer_regs(cfg["consumers"], cfg["a_tma"] and cfg["b_tma"])),)
+
+
+def launch_grid(cfg, p) -> tuple:
+    return grid(p["m"], p["n"], p["k"], cfg, p["num_sms"])
+
+
+def workspace(cfg, p) -> tuple:
+    """(bytes, leading bytes to zero once) of the device workspace (split-K only)."""
+    if cfg["split_k"] <= 1:
+        return 0, 0
+    return workspace_bytes(p["m"], p["n"], cfg), workspace_counter_bytes(p["m"], p["n"], cfg)
+
+
+def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace) -> Args:
+    return make_args(cfg, a, (m, k), a_strides, b, (k, n), b_strides, out, (ldc, 1), bias, c, (ldc_in, 1),
+                     alpha, beta, workspace_ptr=workspace)

@@ -1,0 +1,311 @@
+"""The one launch path every op shares: from a public call's arrays to a kernel launch.
+
+    launch.call(op, {"x": x, "out": out}, (eps,), options, device, compiler, tiles)
+
+1. Arrays are described (interop) and the device chosen (the arrays' GPU, else `device=`, else
+   HKJIT_DEVICE, else the first GPU). Host arrays are staged: dense copies uploaded, outputs copied
+   back into the caller's arrays or new ones of the caller's kind.
+2. A call *signature* (each array's dtype, shape, strides, 16-byte alignment class and device,
+   the op's options, tiles, compiler) picks a memoised `Launcher`; a new signature binds the op
+   (`op.bind`), plans it for the device's target, loads the kernel (jit) and records the
+   specialisation for HKJIT_RECORD manifests.
+3. The launcher allocates missing outputs in the caller's framework, fills and packs the argument
+   struct (packed blocks memoised per pointers and scalars: re-encoding TMA descriptors costs µs),
+   gives each stream its own workspace, and launches on the caller's current stream.
+4. torch tensors take a shorter repeat path: a call whose tensors have the properties of an
+   earlier one skips describing, device choice and the signature, since those properties decided
+   all of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+
+from . import deploy, interop, jit, runtime
+from .errors import DeviceError, InvalidArgumentError
+from .interop import Array
+
+_launchers: dict = {}
+_fast: dict = {}
+_torch_tensor = None        # torch.Tensor once a torch call has succeeded (the repeat path's type test)
+MAX_PACKED = 64
+
+
+class Launcher:
+    """A loaded kernel bound to one call signature."""
+    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces")
+
+    def __init__(self, op, kernel, plan, binding, device):
+        self.op, self.kernel, self.plan, self.binding, self.device = op, kernel, plan, binding, device
+        self.block = (plan.threads, 1, 1)
+        self.packed, self.workspaces = {}, {}
+
+    def run(self, ptrs: tuple, scalars: tuple, stream) -> None:
+        plan = self.plan
+        ws = (self.workspaces.get(stream) or self._workspace(stream)) if plan.workspace_bytes else 0
+        key = (ptrs, scalars, ws)
+        packed = self.packed.get(key)
+        if packed is None:
+            _check_scalars(self.op, scalars)   # here, not per call: a new scalar value always packs
+            named = dict(zip(self.op.array_names, ptrs), workspace=ws)
+            packed = self.kernel.pack(plan.fill(**self.binding.args(named, scalars)))
+            if len(self.packed) >= MAX_PACKED:
+                self.packed.clear()
+            self.packed[key] = packed
+        self.kernel.launch_packed(plan.grid, self.block, plan.dynamic_smem, packed, stream)
+
+    def _workspace(self, stream) -> int:
+        """One workspace per stream (launches on one stream are ordered, so they share it), kept for
+        the launcher's lifetime; its leading `workspace_zeroed` bytes start at zero and every
+        launch leaves them so."""
+        ptr = self.device.alloc(self.plan.workspace_bytes)
+        if self.plan.workspace_zeroed:
+            zeros = (ctypes.c_ubyte * self.plan.workspace_zeroed)()
+            self.device.copy_in(ptr, ctypes.addressof(zeros), self.plan.workspace_zeroed)
+        self.workspaces[stream] = ptr
+        return ptr
+
+
+def call(op, arrays: dict, scalars: tuple = (), options: dict | None = None, device=None, compiler=None,
+         tiles: dict | None = None):
+    """Run `op` on `arrays` (name -> array or None, in `op.array_names` order)."""
+    values = tuple(arrays.values())
+    for name, v in (tiles or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise InvalidArgumentError(f"{op.name}: tile override {name}={v!r}; tile overrides are ints "
+                                       "(mfma takes a string such as '16x16x32')")
+    if _torch_tensor is not None and device is None and compiler is None and not tiles:
+        done = _fast_call(op, values, scalars, options)
+        if done is not None:
+            return done
+    described = tuple(None if v is None else interop.describe(v) for v in values)
+    try:
+        dev = device_for(op.name, described, device)
+    except DeviceError:
+        op.bind(dict(zip(op.array_names, described)), options or {}, None)   # bad input is said first
+        raise
+    template = next(a for a in described if a is not None)
+    if template.device == "cpu":
+        return _call_staged(op, described, scalars, options or {}, dev, compiler, tiles or {})
+    _check_writable(op, described)
+    launcher = _launcher(op, described, options or {}, dev, compiler, tiles or {})
+    binding = launcher.binding
+    if binding.aligned_copies:
+        return _call_aligned(op, described, binding, scalars, options, compiler, tiles)
+    objs = dict(zip(op.array_names, (a.obj if a is not None else None for a in described)))
+    ptrs = []
+    for name, a in zip(op.array_names, described):
+        if a is None and name in binding.outputs:
+            shape, dt = binding.outputs[name]
+            objs[name] = interop.empty(template, shape, dt)
+            a = interop.describe(objs[name])
+        ptrs.append(a.ptr if a is not None else 0)
+    stream = runtime.stream_for(dev, template.framework)
+    launcher.run(tuple(ptrs), scalars, stream)
+    if template.framework == "jax":
+        dev.synchronize(stream)   # JAX does not know this stream: finish before it reads the result
+    elif template.framework == "torch" and device is None and compiler is None and not tiles:
+        _remember_fast(op, values, scalars, options, launcher, dev)
+    return _result(binding, objs)
+
+
+def miss_hint(op_name: str, target_id: str, request: dict):
+    """What an offline miss tells the user: the manifest line that ships this kernel."""
+    return lambda: ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
+                    + deploy.manifest_line(op_name, target_id, request))
+
+
+def _result(binding, objs):
+    if len(binding.returns) == 1:
+        return objs[binding.returns[0]]
+    return tuple(objs[n] for n in binding.returns)
+
+
+def _check_scalars(op, scalars):
+    for name, s in zip(op.scalar_names, scalars):
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise InvalidArgumentError(f"{op.name}: {name}={s!r}; give a finite real number")
+
+
+def _check_writable(op, described):
+    for name, a in zip(op.array_names, described):
+        if a is not None and name in op.output_names and not interop.writable(a):
+            raise InvalidArgumentError(f"{op.name}: {name} is read-only; pass a writable array")
+
+
+def signature(op, described, options, dev, compiler, tiles) -> tuple:
+    """What decides the kernel and its argument layout: never a data pointer, only its alignment."""
+    arrays = tuple(None if a is None else (a.dtype.name, a.shape, a.strides, a.ptr & 15) for a in described)
+    return (op.name, arrays, tuple(sorted(options.items())), dev.kind, dev.index, compiler,
+            tuple(sorted(tiles.items())))
+
+
+def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
+    sig = signature(op, described, options, dev, compiler, tiles)
+    launcher = _launchers.get(sig)
+    if launcher is None:
+        binding = op.bind(dict(zip(op.array_names, described)), options, dev)
+        kernel = plan = None
+        if not binding.aligned_copies:
+            request = {**binding.request, **tiles}
+            plan = op.plan(dev.target, **request)
+            deploy.record(op.name, dev.target.id, request)
+            kernel = jit.load_spec(plan.spec, dev, plan.dynamic_smem, compiler, miss_hint(op.name, dev.target.id,
+                                                                                          request))
+        launcher = Launcher(op, kernel, plan, binding, dev)
+        _launchers[sig] = launcher
+    return launcher
+
+
+def _call_aligned(op, described, binding, scalars, options, compiler, tiles):
+    """Operands the kernel cannot read in place (e.g. AMD direct-to-LDS loads need 4-byte aligned
+    rows): run on copies with 16-byte aligned rows (torch tensors only)."""
+    arrays = {}
+    for name, a in zip(op.array_names, described):
+        if a is not None and name in binding.aligned_copies:
+            if a.framework != "torch":
+                raise InvalidArgumentError(
+                    f"{op.name}: {name}'s base pointer or leading dimension is not aligned for this target; "
+                    "pass contiguous arrays whose rows are a multiple of 16 bytes")
+            arrays[name] = interop.aligned_copy(a)
+        else:
+            arrays[name] = a.obj if a is not None else None
+    return call(op, arrays, scalars, options, None, compiler, tiles)
+
+
+def device_for(op_name: str, arrays, device):
+    """The device of a call: the arrays' GPU (all must agree), else `device=`, else the default."""
+    present = [a for a in arrays if a is not None]
+    gpu = [a for a in present if a.device != "cpu"]
+    if gpu:
+        kinds = {(a.device, a.index) for a in gpu}
+        if len(kinds) > 1:
+            raise DeviceError(f"{op_name}: arrays are on different devices "
+                              + ", ".join(f"{k}:{i}" for k, i in sorted(kinds)) + "; move them to one device first")
+        kind, index = kinds.pop()
+        if len(gpu) != len(present):
+            raise DeviceError(f"{op_name}: some arrays are on {kind}:{index} and some in host memory; "
+                              "move them to one device first")
+        if device is not None and runtime.parse(device) != (kind, str(index)):
+            raise DeviceError(f"{op_name}: device={device!r} but the arrays are on {kind}:{index}")
+        return runtime.get(kind, index)
+    return runtime.from_string(device) if device is not None else runtime.default_device()
+
+
+# --- host arrays: staged through device buffers -------------------------------------------------
+def _call_staged(op, described, scalars, options, dev, compiler, tiles):
+    """Host (NumPy / CPU torch) arrays: dense copies (rows padded to 16 bytes, each array in its own
+    layout) go to the device, the kernel runs, outputs come back into the caller's arrays or new
+    host arrays of the caller's kind."""
+    _check_writable(op, described)
+    template = next(a for a in described if a is not None)
+    with interop.DeviceStaging(dev) as stage:
+        staged, hosts = [], []
+        for a in described:
+            if a is None:
+                staged.append(None)
+                hosts.append(None)
+                continue
+            host, ptr, nbytes, strides = interop.dense_host_layout(a)
+            hosts.append((host, ptr, nbytes))
+            staged.append(Array(stage.upload(ptr, nbytes), a.shape, strides, a.dtype, dev.kind, 0, "staged", None))
+        launcher = _launcher(op, staged, options, dev, compiler, tiles)
+        binding = launcher.binding
+        if binding.aligned_copies:   # staged copies have 16-byte aligned rows: an op bug if reached
+            raise InvalidArgumentError(f"{op.name}: staged arrays {binding.aligned_copies} still need copies")
+        objs, downloads = {}, []
+        for i, (name, a) in enumerate(zip(op.array_names, described)):
+            if a is None and name in binding.outputs:
+                shape, dt = binding.outputs[name]
+                obj, host_ptr, nbytes = interop.empty_host(template, shape, dt)
+                staged[i] = Array(stage.alloc(nbytes), shape, interop.contiguous_strides(shape), dt, dev.kind, 0,
+                                  "staged", None)
+                objs[name] = obj
+                downloads.append((host_ptr, staged[i].ptr, nbytes, None))
+            else:
+                objs[name] = a.obj if a is not None else None
+                if a is not None and name in op.output_names:
+                    host, host_ptr, nbytes = hosts[i]
+                    downloads.append((host_ptr, staged[i].ptr, nbytes, (a, host)))
+        launcher.run(tuple(s.ptr if s is not None else 0 for s in staged), scalars, 0)
+        dev.synchronize(0)
+        for host_ptr, dev_ptr, nbytes, back in downloads:
+            stage.download(host_ptr, dev_ptr, nbytes)
+            if back is not None:
+                interop.copy_back(*back)
+    return _result(binding, objs)
+
+
+# --- the torch repeat-call path -------------------------------------------------------------------
+def _torch_key(op, values, options):
+    key = [op.name]
+    ptrs = []
+    for t in values:
+        if t is None:
+            key.append(None)
+            ptrs.append(0)
+        elif type(t) is _torch_tensor:
+            p = t.data_ptr()
+            ptrs.append(p)
+            key.append((t.dtype, t.shape, t.stride(), p & 15, t.get_device()))
+        else:
+            return None, None
+    if options:
+        key.append(tuple(options.items()))
+    return tuple(key), ptrs
+
+
+class _FastEntry:
+    __slots__ = ("launcher", "alloc", "returns", "index", "stream_of")
+
+
+def _fast_call(op, values, scalars, options):
+    key, ptrs = _torch_key(op, values, options)
+    entry = _fast.get(key) if key is not None else None
+    if entry is None:
+        return None
+    out = list(values)
+    if entry.alloc:
+        empty = sys.modules["torch"].empty
+        for i, shape, dtype, dev in entry.alloc:
+            out[i] = empty(shape, dtype=dtype, device=dev)
+            ptrs[i] = out[i].data_ptr()
+    entry.launcher.run(tuple(ptrs), scalars, entry.stream_of(entry.index))
+    if len(entry.returns) == 1:
+        return out[entry.returns[0]]
+    return tuple(out[i] for i in entry.returns)
+
+
+def _remember_fast(op, values, scalars, options, launcher, dev):
+    global _torch_tensor
+    if dev.kind not in ("cuda", "rocm"):
+        return
+    torch = sys.modules["torch"]
+    _torch_tensor = torch.Tensor
+    key, _ = _torch_key(op, values, options or {})
+    if key is None:
+        return
+    names = op.array_names
+    e = _FastEntry()
+    e.launcher, e.index = launcher, dev.index
+    device = next(v.device for v in values if v is not None)
+    e.alloc = tuple((names.index(n), shape, getattr(torch, dt.name), device)
+                    for n, (shape, dt) in launcher.binding.outputs.items() if values[names.index(n)] is None)
+    e.returns = tuple(names.index(n) for n in launcher.binding.returns)
+    e.stream_of = torch._C._cuda_getCurrentRawStream
+    if len(_fast) > 4096:
+        _fast.clear()
+    _fast[key] = e
+
+
+def reset() -> None:
+    """Forget every launcher and repeat-call entry (kernels are reloaded on the next call)."""
+    _launchers.clear()
+    _fast.clear()
+
+
+def launchers() -> list:
+    """(signature, Launcher) of every launcher this process made (benchmarks read the kernels)."""
+    return list(_launchers.items())

@@ -1,0 +1,166 @@
+"""The op protocol: what an op module declares and what it hands the shared launch path.
+
+An op is one kernel source plus one short module. The module declares its parameters once
+(`Param`: compile-time values with their checks, the shape names manifests may write positionally),
+and implements two methods:
+
+    op.plan(target, **params) -> Plan        # specialisation, threads, smem, grid, args, workspace
+    op.bind(arrays, options, device) -> Binding   # a call's arrays -> build keywords, outputs, args
+
+`plan` serves `hkjit.build`, `hkjit inspect`, manifests and precompile (no arrays, no GPU);
+`bind` serves a call: `hkjit.launch.call` describes the arrays, picks the device, stages host
+memory, memoises launchers, allocates outputs and workspaces, records manifests and keeps the torch
+repeat-call path, so none of that is written per op. Per-arch modules of an op implement one
+interface: `configure(target, params, tiles) -> Config` and `fill(config, ...)`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .dtypes import DType, dtype as to_dtype
+from .errors import DTypeError, InvalidArgumentError
+from .spec import Specialization
+from .targets import Target, parse as parse_target
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One compile-time parameter of an op (a keyword of `hkjit.build`)."""
+    name: str
+    kind: str                      # "size", "dtype", "choice", "bool", "int"
+    default: Any = _MISSING        # _MISSING: required
+    choices: tuple = ()            # dtype names or allowed values
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+    def check(self, op: str, value):
+        if self.kind == "size":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2 ** 31:
+                raise InvalidArgumentError(f"{op}: {self.name}={value!r}; sizes must be ints from 1 to 2**31-1")
+            return value
+        if self.kind == "dtype":
+            if value is None:
+                return None
+            name = to_dtype(value).name
+            if self.choices and name not in self.choices:
+                raise DTypeError(f"{op}: {self.name}={name}; it must be one of {', '.join(self.choices)}")
+            return name
+        if self.kind == "bool":
+            if not isinstance(value, (bool, int)) or value not in (0, 1):
+                raise InvalidArgumentError(f"{op}: {self.name}={value!r}; give True or False")
+            return bool(value)
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"{op}: {self.name}={value!r} is not an int")
+        if self.choices and value not in self.choices:
+            raise InvalidArgumentError(f"{op}: {self.name}={value!r}; valid: {', '.join(map(str, self.choices))}")
+        return value
+
+
+class Config(dict):
+    """A validated tile configuration: names to ints, bools and dtype names. The same type for
+    every arch module of every op; `hkjit inspect` prints it and the specialisation is built from it."""
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.items()))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the launch path needs for one specialisation on one target."""
+    spec: Specialization
+    config: Config
+    threads: int
+    dynamic_smem: int
+    grid: tuple
+    args_type: type                                   # the ctypes.Structure mirroring the kernel's args
+    fill: Callable[..., ctypes.Structure]             # fill(**kernel arguments) -> args_type instance
+    workspace_bytes: int = 0                          # device scratch per stream (0: none)
+    workspace_zeroed: int = 0                         # leading bytes of it that must start zeroed
+
+
+@dataclass
+class Binding:
+    """One call signature (dtypes, shapes, strides, alignment classes) bound to an op.
+
+    `request` are the `hkjit.build` keywords that give the kernel; `outputs` the arrays to allocate
+    when the caller passed none (name -> (shape, DType)); `args(ptrs, scalars)` returns the keyword
+    arguments of `Plan.fill` from the call's pointers (name -> int, 0 for absent arrays, plus
+    'workspace') and run-time scalars; `returns` names what the call gives back."""
+    request: dict
+    outputs: dict
+    args: Callable[[dict, tuple], dict]
+    returns: tuple = ("out",)
+    aligned_copies: tuple = ()         # arrays the kernel cannot read in place (re-laid out first)
+
+
+class Op:
+    """Base of every op. Subclasses set `name`, `params`, `shape_params`, `default_shape`, the
+    names of the call's arrays, outputs and run-time scalars, and implement
+    `plan_for(target, params, tiles)` and `bind(arrays, options, device)`."""
+    name: str = ""
+    array_names: tuple = ()            # the arrays a call passes, in order (absent ones are None)
+    output_names: tuple = ()           # those the kernel writes (allocated when not passed)
+    scalar_names: tuple = ()           # run-time scalars (kernel arguments, not specialised on)
+    params: tuple = ()                 # Param declarations (compile-time)
+    shape_params: tuple = ()           # names of the shape params, in manifest order
+    default_shape: dict = {}           # what `hkjit inspect` and cold-compile figures use
+    tile_keywords: tuple = ()          # union over targets; each arch module rejects what it lacks
+
+    def plan(self, target, **params) -> Plan:
+        target = target if isinstance(target, Target) else parse_target(target)
+        values, tiles = self.check_params(params)
+        return self.plan_for(target, values, tiles)
+
+    def check_params(self, params: dict) -> tuple[dict, dict]:
+        """(validated params with defaults, tile overrides); unknown keywords raise."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(params) - set(known) - set(self.tile_keywords))
+        if unknown:
+            raise InvalidArgumentError(
+                f"{self.name}: unknown keyword(s) {', '.join(unknown)}; parameters are "
+                f"{', '.join(known)}; tile overrides are {', '.join(self.tile_keywords) or 'none'}")
+        values = {}
+        for p in self.params:
+            if p.name in params:
+                values[p.name] = p.check(self.name, params[p.name])
+            elif p.required:
+                raise InvalidArgumentError(f"{self.name}: missing {p.name}= ({p.doc or p.kind})")
+            else:
+                values[p.name] = p.default
+        tiles = {k: v for k, v in params.items() if k in self.tile_keywords}
+        return values, tiles
+
+    def plan_for(self, target: Target, params: dict, tiles: dict) -> Plan:
+        raise NotImplementedError
+
+    def bind(self, arrays: dict, options: dict, device) -> Binding:
+        """Validate every array and option first, then look at `device` (its target and
+        multiprocessors); `device` is None when the call is only being checked (no device could be
+        chosen): return None after validating."""
+        raise NotImplementedError
+
+    def static_figures(self, plan: Plan, report: dict) -> None:
+        """Op-specific lines for `hkjit inspect` (e.g. MFMAs per K-step against the tile arithmetic)."""
+
+
+def check_tiles(where: str, tiles: dict, accepted: tuple) -> None:
+    """Per-arch rejection of tile keywords the arch does not take, and of non-int values."""
+    unknown = sorted(set(tiles) - set(accepted))
+    if unknown:
+        raise InvalidArgumentError(f"{where}: unknown tile override(s) {', '.join(unknown)}; valid: "
+                                   f"{', '.join(accepted)}")
+
+
+def dtype_of(op: str, what: str, dt: DType, allowed: tuple) -> str:
+    if dt.name not in allowed:
+        raise DTypeError(f"{op}: {what} has dtype {dt.name}; it must be one of {', '.join(allowed)}")
+    return dt.name
