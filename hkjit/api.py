@@ -1,7 +1,8 @@
 """Public entry points that are not ops: building without running, the static report, offline
-mode, resetting in-process state. Every op is reached through the registry (hkjit.ops)."""
+mode, resetting in-process state. Every op is reached through the registry (hkjit.ops).
+Modules only these entry points need are imported when first used: `import hkjit` stays cheap."""
 
-from . import cache, compiler, deploy, jit, launch, ops, static, targets
+from . import cache, jit, launch, ops, targets
 from .jit import Built
 
 
@@ -11,6 +12,7 @@ def build(op: str, *, target: str, compiler: str | None = None, **params) -> Bui
     >>> b = hkjit.build("gemm", target="gfx950", m=8192, n=8192, k=8192, dtype="bfloat16")
     >>> b.key, len(b.code), b.meta["vgprs"]
     """
+    from . import deploy
     target_id = targets.parse(target).id
     plan = ops.get(op).plan(target_id, **params)
     deploy.record(op, target_id, params)
@@ -21,6 +23,7 @@ def inspect(op: str, arch: str, **params) -> dict | list:
     """The static report of `op` on each target in `arch` (comma-separated): registers, LDS/shared
     memory, spills, occupancy, instruction mix, plus the op's own figures. Shape parameters the
     caller leaves out take the op's default shape."""
+    from . import static
     if "," in arch:
         return [inspect(op, a, **params) for a in arch.split(",")]
     the_op = ops.get(op)
@@ -43,6 +46,7 @@ def reset_state() -> None:
     """Forget everything this process memoised: launchers, repeat-call entries, keys, loaded
     kernels and the default cache object (the files on disk stay). For tests and for programs that
     change HKJIT_* settings at run time."""
+    from . import compiler
     launch.reset()
     jit.reset()
     compiler.forget()

@@ -23,7 +23,7 @@ import ctypes
 import math
 import sys
 
-from . import deploy, interop, jit, runtime
+from . import interop, jit, runtime
 from .errors import DeviceError, InvalidArgumentError
 from .interop import Array
 
@@ -113,8 +113,11 @@ def call(op, arrays: dict, scalars: tuple = (), options: dict | None = None, dev
 
 def miss_hint(op_name: str, target_id: str, request: dict):
     """What an offline miss tells the user: the manifest line that ships this kernel."""
-    return lambda: ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
-                    + deploy.manifest_line(op_name, target_id, request))
+    def hint():
+        from . import deploy
+        return ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
+                + deploy.manifest_line(op_name, target_id, request))
+    return hint
 
 
 def _result(binding, objs):
@@ -151,6 +154,7 @@ def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
         if not binding.aligned_copies:
             request = {**binding.request, **tiles}
             plan = op.plan(dev.target, **request)
+            from . import deploy   # first call of a signature only: keeps `import hkjit` light
             deploy.record(op.name, dev.target.id, request)
             kernel = jit.load_spec(plan.spec, dev, plan.dynamic_smem, compiler, miss_hint(op.name, dev.target.id,
                                                                                           request))

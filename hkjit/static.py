@@ -17,6 +17,7 @@ from . import targets
 _AMD_CLASSES = (
     ("mfma", re.compile(r"^v_mfma")),
     ("buffer_load_lds", re.compile(r"^buffer_load\w*.*\blds\b")),
+    ("load_16B", re.compile(r"^(global|buffer)_load_dwordx4\b")),     # 16 bytes per lane
     ("buffer_load", re.compile(r"^buffer_load")),
     ("global_load", re.compile(r"^global_load")),
     ("buffer_store", re.compile(r"^buffer_store")),
@@ -121,10 +122,10 @@ def nvidia_instruction_mix(code: bytes) -> dict | None:
         out = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True, text=True)
     ops = collections.Counter()
     for line in out.stdout.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
         if m:
             ops[m.group(1)] += 1
-    keys = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDSM", "STS", "LDS", "STG", "LDG", "BAR", "SYNCS")
+    keys = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDSM", "STS", "LDS", "STG", "LDG.E.128", "LDG", "BAR", "SYNCS")
     return {"classes": {k: sum(v for op, v in ops.items() if op.startswith(k)) for k in keys},
             "instructions": sum(ops.values())}
 

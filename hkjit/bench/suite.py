@@ -22,15 +22,21 @@ from .. import __version__, api, ops, runtime
 
 
 def op_benchmarks(names=None) -> dict:
-    """name -> the op's benchmark module (hkjit/bench/<op>.py) for every registered op that has one.
-    A module offers any of: run(quick, log) (GPU, against peers), markdown(rows), plot(rows, env,
+    """name -> the op's benchmark for every registered op that has one: hkjit/bench/<op>.py, or,
+    for an op that declares `bench_cases` (memory-bound ops), the shared memory_bound benchmark.
+    A benchmark offers any of: run(quick, log) (GPU, against peers), markdown(rows), plot(rows, env,
     directory), static_shapes(quick), simulator_checks(), simulator_speed()."""
+    from .memory_bound import OpBenchmark
     found = {}
     for name in names or ops.names():
+        op = ops.get(name)
         try:
             found[name] = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError:
-            continue
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{name}":
+                raise
+            if hasattr(op, "bench_cases"):   # the public function is the op's name in its module
+                found[name] = OpBenchmark(op, getattr(sys.modules[type(op).__module__], name))
     return found
 
 

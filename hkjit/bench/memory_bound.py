@@ -1,0 +1,120 @@
+"""Memory-bound ops against torch eager and torch.compile, in one process, as GB/s and as a fraction
+of the device-to-device copy bandwidth measured in the same run.
+
+An op joins by defining, on its Op object:
+    bench_cases(quick) -> [case dict]            shapes and dtypes to run
+    bench_inputs(case, torch) -> (args, kwargs)  fresh random inputs on the GPU for hkjit's call
+    bench_peers(torch) -> {name: fn}             the same function in torch (called as fn(*args, **kwargs))
+    bench_bytes(case) -> int                     the fewest bytes the op must move (read + written)
+Every configuration is checked against the op's first peer computed in float32 before timing.
+Timings are medians of CUDA events (triton.testing.do_bench), hkjit and peers alternated over
+rounds; small problems rotate over several input sets so repeated runs do not time the L2 cache.
+"""
+
+import statistics
+
+from .gemm import _bench
+
+ROUNDS = 3
+L2_ROTATE_BYTES = 256 << 20
+
+
+def copy_bandwidth(torch) -> float:
+    """GB/s of a 1 GiB device-to-device copy (bytes read + written), median of do_bench."""
+    src = torch.empty(1 << 29, dtype=torch.float16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = _bench(lambda: dst.copy_(src))
+    nbytes = 2 * src.numel() * src.element_size()
+    del src, dst
+    torch.cuda.empty_cache()
+    return nbytes / ms / 1e6
+
+
+def _rel_err(got, ref) -> float:
+    got, ref = got.float(), ref.float()
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def run(op, hkjit_fn, quick=False, log=print) -> list:
+    import torch
+    peak = copy_bandwidth(torch)
+    log(f"  device-to-device copy: {peak:.0f} GB/s")
+    peers = op.bench_peers(torch)
+    rows = []
+    for case in op.bench_cases(quick):
+        nbytes = op.bench_bytes(case)
+        copies = max(1, min(8, L2_ROTATE_BYTES // max(1, nbytes)))
+        sets = [op.bench_inputs(case, torch) for _ in range(copies)]
+        args, kwargs = sets[0]
+        got = hkjit_fn(*args, **kwargs)
+        ref_name, ref_fn = next(iter(peers.items()))
+        ref = ref_fn(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args], **kwargs)
+        err = _rel_err(got, ref)
+        for fn in peers.values():      # compile (torch.compile) and warm every peer before timing
+            fn(*args, **kwargs)
+        it = {"i": 0}
+
+        def step(fn):
+            def call():
+                a, k = sets[it["i"] % copies]
+                it["i"] += 1
+                fn(*a, **k)
+            return call
+        times = {"hkjit": []} | {name: [] for name in peers}
+        for _ in range(ROUNDS):
+            for name, fn in peers.items():
+                times[name].append(_bench(step(fn)))
+            times["hkjit"].append(_bench(step(hkjit_fn)))
+        ms = {name: statistics.median(t) for name, t in times.items()}
+        row = {"case": case, "bytes": nbytes, "rel_err": err, "correct": bool(err < op.bench_tolerance(case)),
+               "copy_gbs": peak}
+        for name, t in ms.items():
+            row[f"{name}_us"] = t * 1e3
+            row[f"{name}_gbs"] = nbytes / t / 1e6
+        row["fraction_of_copy"] = row["hkjit_gbs"] / peak
+        row["vs"] = {name: ms[name] / ms["hkjit"] for name in peers}
+        row["hkjit_spread"] = max(times["hkjit"]) / min(times["hkjit"]) - 1
+        rows.append(row)
+        log(f"  {op.name} {_label(case):28s} hkjit {row['hkjit_gbs']:6.0f} GB/s ({row['fraction_of_copy']:.0%} of copy, "
+            f"{row['hkjit_us']:.1f} us)  " + "  ".join(f"{n} {row[f'{n}_gbs']:6.0f} ({row['vs'][n]:.2f}x)" for n in peers)
+            + f"  err {err:.1e}" + ("" if row["correct"] else "  WRONG"))
+        sets.clear()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _label(case) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.items())
+
+
+def markdown(op_name, rows) -> list:
+    if not rows:
+        return []
+    peers = list(rows[0]["vs"])
+    out = ["", f"## {op_name} vs {', '.join(peers)} (same process)", "",
+           f"GB/s counts the fewest bytes the op must move (inputs read once, outputs written once); "
+           f"copy = a 1 GiB device-to-device copy measured in the same run ({rows[0]['copy_gbs']:.0f} GB/s). "
+           "Medians of CUDA-event timings, alternated over three rounds; each configuration checked "
+           "against torch in float32 first.", "",
+           "| case | MiB moved | hkjit GB/s | % of copy | hkjit µs | " + " | ".join(f"{p} GB/s | ×{p}" for p in peers)
+           + " | rel. error |",
+           "|---|---|---|---|---|" + "---|---|" * len(peers) + "---|"]
+    for r in rows:
+        out.append(f"| {_label(r['case'])} | {r['bytes'] / 2**20:.1f} | {r['hkjit_gbs']:.0f} | "
+                   f"{r['fraction_of_copy']:.0%} | {r['hkjit_us']:.1f} | "
+                   + " | ".join(f"{r[f'{p}_gbs']:.0f} | {r['vs'][p]:.2f}" for p in peers)
+                   + f" | {r['rel_err']:.1e} |")
+    return out
+
+
+class OpBenchmark:
+    """The suite's face for an op that declares bench_cases (see the module docstring)."""
+
+    def __init__(self, op, fn):
+        self.op, self.fn = op, fn
+
+    def run(self, quick=False, log=print):
+        return run(self.op, self.fn, quick, log)
+
+    def markdown(self, rows, plots=()):
+        return markdown(self.op.name, rows)
