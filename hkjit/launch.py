@@ -1,6 +1,6 @@
 """The one launch path every op shares: from a public call's arrays to a kernel launch.
 
-    launch.call(op, {"x": x, "out": out}, (eps,), options, device, compiler, tiles)
+    launch.call(op, (x, weight, out), (eps,), (), device, compiler, tiles)
 
 1. Arrays are described (interop) and the device chosen (the arrays' GPU, else `device=`, else
    HKJIT_DEVICE, else the first GPU). Host arrays are staged: dense copies uploaded, outputs copied
@@ -68,29 +68,47 @@ class Launcher:
         return ptr
 
 
-def call(op, arrays: dict, scalars: tuple = (), options: dict | None = None, device=None, compiler=None,
+def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=None, compiler=None,
          tiles: dict | None = None):
-    """Run `op` on `arrays` (name -> array or None, in `op.array_names` order)."""
-    values = tuple(arrays.values())
+    """Run `op` on `values` (its arrays in `op.array_names` order, None where absent), run-time
+    `scalars` (in `op.scalar_names` order) and compile-time `options` ((name, value) pairs)."""
+    torch_tensor = _torch_tensor
+    if torch_tensor is not None and device is None and compiler is None and not tiles:
+        # The repeat path: key on exactly the properties the first call decided everything from.
+        key, ptrs = [op.name, options], []
+        for t in values:
+            if t is None:
+                key.append(None)
+                ptrs.append(0)
+            elif type(t) is torch_tensor:
+                p = t.data_ptr()
+                ptrs.append(p)
+                key += (t.dtype, t.shape, t.stride(), p & 15, t.get_device())
+            else:
+                break
+        else:
+            try:
+                entry = _fast.get(tuple(key))
+            except TypeError:          # an unhashable option: the slow path says what is wrong
+                entry = None
+            if entry is not None:
+                return entry.run(values, ptrs, scalars)
     for name, v in (tiles or {}).items():
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise InvalidArgumentError(f"{op.name}: tile override {name}={v!r}; tile overrides are ints "
                                        "(mfma takes a string such as '16x16x32')")
-    if _torch_tensor is not None and device is None and compiler is None and not tiles:
-        done = _fast_call(op, values, scalars, options)
-        if done is not None:
-            return done
+    options_dict = dict(options)
     described = tuple(None if v is None else interop.describe(v) for v in values)
     try:
         dev = device_for(op.name, described, device)
     except DeviceError:
-        op.bind(dict(zip(op.array_names, described)), options or {}, None)   # bad input is said first
+        op.bind(dict(zip(op.array_names, described)), options_dict, None)   # bad input is said first
         raise
     template = next(a for a in described if a is not None)
     if template.device == "cpu":
-        return _call_staged(op, described, scalars, options or {}, dev, compiler, tiles or {})
+        return _call_staged(op, described, scalars, options_dict, dev, compiler, tiles or {})
     _check_writable(op, described)
-    launcher = _launcher(op, described, options or {}, dev, compiler, tiles or {})
+    launcher = _launcher(op, described, options_dict, dev, compiler, tiles or {})
     binding = launcher.binding
     if binding.aligned_copies:
         return _call_aligned(op, described, binding, scalars, options, compiler, tiles)
@@ -107,7 +125,7 @@ def call(op, arrays: dict, scalars: tuple = (), options: dict | None = None, dev
     if template.framework == "jax":
         dev.synchronize(stream)   # JAX does not know this stream: finish before it reads the result
     elif template.framework == "torch" and device is None and compiler is None and not tiles:
-        _remember_fast(op, values, scalars, options, launcher, dev)
+        _remember_fast(op, values, options, launcher, dev)
     return _result(binding, objs)
 
 
@@ -147,7 +165,11 @@ def signature(op, described, options, dev, compiler, tiles) -> tuple:
 
 def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
     sig = signature(op, described, options, dev, compiler, tiles)
-    launcher = _launchers.get(sig)
+    try:
+        launcher = _launchers.get(sig)
+    except TypeError:                  # an unhashable option value: let the op say which
+        op.bind(dict(zip(op.array_names, described)), options, dev)
+        raise InvalidArgumentError(f"{op.name}: options {options!r} must be names, numbers or dtypes") from None
     if launcher is None:
         binding = op.bind(dict(zip(op.array_names, described)), options, dev)
         kernel = plan = None
@@ -176,7 +198,7 @@ def _call_aligned(op, described, binding, scalars, options, compiler, tiles):
             arrays[name] = interop.aligned_copy(a)
         else:
             arrays[name] = a.obj if a is not None else None
-    return call(op, arrays, scalars, options, None, compiler, tiles)
+    return call(op, tuple(arrays.values()), scalars, options, None, compiler, tiles)
 
 
 def device_for(op_name: str, arrays, device):
@@ -243,65 +265,57 @@ def _call_staged(op, described, scalars, options, dev, compiler, tiles):
 
 
 # --- the torch repeat-call path -------------------------------------------------------------------
-def _torch_key(op, values, options):
-    key = [op.name]
-    ptrs = []
-    for t in values:
-        if t is None:
-            key.append(None)
-            ptrs.append(0)
-        elif type(t) is _torch_tensor:
-            p = t.data_ptr()
-            ptrs.append(p)
-            key.append((t.dtype, t.shape, t.stride(), p & 15, t.get_device()))
-        else:
-            return None, None
-    if options:
-        key.append(tuple(options.items()))
-    return tuple(key), ptrs
-
-
 class _FastEntry:
-    __slots__ = ("launcher", "alloc", "returns", "index", "stream_of")
+    """What a repeat call needs: the launcher (its packed blocks and launch geometry copied here, so
+    a repeat launch is one dict lookup and one driver call), outputs to allocate, what to return."""
+    __slots__ = ("launcher", "packed", "launch", "grid", "block", "smem", "alloc", "empty", "returns", "single",
+                 "index", "stream_of")
+
+    def run(self, values, ptrs, scalars):
+        if self.alloc:
+            values = list(values)
+            for i, shape, dtype, dev in self.alloc:
+                values[i] = self.empty(shape, dtype=dtype, device=dev)
+                ptrs[i] = values[i].data_ptr()
+        ptrs = tuple(ptrs)
+        stream = self.stream_of(self.index)
+        packed = self.packed.get((ptrs, scalars, 0))
+        if packed is None:             # new pointers or scalars, or a workspace: the launcher packs
+            self.launcher.run(ptrs, scalars, stream)
+        else:
+            self.launch(self.grid, self.block, self.smem, packed, stream)
+        if self.single is not None:
+            return values[self.single]
+        return tuple(values[i] for i in self.returns)
 
 
-def _fast_call(op, values, scalars, options):
-    key, ptrs = _torch_key(op, values, options)
-    entry = _fast.get(key) if key is not None else None
-    if entry is None:
-        return None
-    out = list(values)
-    if entry.alloc:
-        empty = sys.modules["torch"].empty
-        for i, shape, dtype, dev in entry.alloc:
-            out[i] = empty(shape, dtype=dtype, device=dev)
-            ptrs[i] = out[i].data_ptr()
-    entry.launcher.run(tuple(ptrs), scalars, entry.stream_of(entry.index))
-    if len(entry.returns) == 1:
-        return out[entry.returns[0]]
-    return tuple(out[i] for i in entry.returns)
-
-
-def _remember_fast(op, values, scalars, options, launcher, dev):
+def _remember_fast(op, values, options, launcher, dev):
     global _torch_tensor
     if dev.kind not in ("cuda", "rocm"):
         return
     torch = sys.modules["torch"]
-    _torch_tensor = torch.Tensor
-    key, _ = _torch_key(op, values, options or {})
-    if key is None:
+    if any(v is not None and type(v) is not torch.Tensor for v in values):
         return
+    _torch_tensor = torch.Tensor
+    key = [op.name, options]
+    for t in values:
+        key += (None,) if t is None else (t.dtype, t.shape, t.stride(), t.data_ptr() & 15, t.get_device())
     names = op.array_names
     e = _FastEntry()
     e.launcher, e.index = launcher, dev.index
+    e.packed = launcher.packed if not launcher.plan.workspace_bytes else {}
+    e.launch, e.grid, e.block, e.smem = (launcher.kernel.launch_packed, launcher.plan.grid, launcher.block,
+                                         launcher.plan.dynamic_smem)
+    e.empty = torch.empty
     device = next(v.device for v in values if v is not None)
     e.alloc = tuple((names.index(n), shape, getattr(torch, dt.name), device)
                     for n, (shape, dt) in launcher.binding.outputs.items() if values[names.index(n)] is None)
     e.returns = tuple(names.index(n) for n in launcher.binding.returns)
+    e.single = e.returns[0] if len(e.returns) == 1 else None
     e.stream_of = torch._C._cuda_getCurrentRawStream
     if len(_fast) > 4096:
         _fast.clear()
-    _fast[key] = e
+    _fast[tuple(key)] = e
 
 
 def reset() -> None:

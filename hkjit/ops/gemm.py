@@ -171,6 +171,5 @@ def gemm(a, b, *, out=None, out_dtype=None, bias=None, c=None, alpha=1.0, beta=0
     device: for host (NumPy) inputs, 'cuda:N', 'rocm:N' or 'sim:gfx950'; GPU arrays decide it.
     Tile overrides: block_m, block_n, block_k, warps/waves, stages, group_m, ...
     """
-    return launch.call(GEMM, {"a": a, "b": b, "out": out, "bias": bias, "c": c}, (alpha, beta),
-                       {"out_dtype": out_dtype} if out_dtype is not None else None, device, compiler,
-                       tile_overrides)
+    return launch.call(GEMM, (a, b, out, bias, c), (alpha, beta),
+                       (("out_dtype", out_dtype),) if out_dtype is not None else (), device, compiler, tile_overrides)
