@@ -221,7 +221,7 @@ def _read_col(tile, r0, c0, mn, kd, mi, mk, tr):
 
 
 def _mfma(a, b, mi, mk):
-    """One MFMA from per-lane operands (amd-isa-notes layouts); returns acc[l][v]."""
+    """One MFMA from per-lane operands (the ISA references' layouts); returns acc[l][v]."""
     e = mk // (64 // mi)
     A, B = np.zeros((mi, mk)), np.zeros((mk, mi))
     for l in range(64):
