@@ -35,7 +35,7 @@ for target in sys.argv[2:]:
 def _build_in_fresh_process(cache_dir: Path, out: Path, targets) -> dict:
     out.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("HKJIT_COMPILER", "HKJIT_DEVICE", "HKJIT_OFFLINE", "HKJIT_BUNDLE_PATH")}
+           if k not in ("HKJIT_COMPILER", "HKJIT_DEVICE", "HKJIT_OFFLINE", "HKJIT_BUNDLE_PATH", "HKJIT_RECORD")}
     env["HKJIT_CACHE_DIR"] = str(cache_dir)
     root = str(Path(hkjit.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
