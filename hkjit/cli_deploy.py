@@ -49,10 +49,12 @@ def cmd_precompile(args) -> int:
               file=sys.stderr)
         return 1
     cache_mod.set_offline(False)   # precompiling is compiling, whatever HKJIT_OFFLINE says
-    progress = None if args.no_progress else _Progress(sys.stderr)
-    report = deploy.precompile(jobs, args.output, build=api.build, parallel=args.jobs, progress=progress)
-    if progress:
-        progress.done()
+    progress = None if args.no_progress else _progress_for(sys.stderr, len(jobs))
+    try:
+        report = deploy.precompile(jobs, args.output, build=api.build, parallel=args.jobs, progress=progress)
+    finally:
+        if progress:
+            progress.done()
     if args.json:
         print(json.dumps(_report_json(report), indent=1))
     else:
@@ -69,30 +71,55 @@ def _report_json(report) -> dict:
     }
 
 
-class _Progress:
-    """A one-line bar on a terminal; one line per finished specialisation in a log."""
+def _progress_for(stream, total: int):
+    """A progress bar (rich, from the `cli` extra) when `stream` is a terminal; otherwise, or without
+    rich, one line per finished specialisation, which suits logs."""
+    if stream.isatty():
+        try:
+            return _BarProgress(stream, total)
+        except ImportError:
+            pass
+    return _LineProgress(stream)
 
+
+class _LineProgress:
     def __init__(self, stream):
         self.stream = stream
-        self.tty = stream.isatty()
-        self.counts = {"compiled": 0, "reused": 0, "failed": 0}
-        self.t0 = time.monotonic()
 
     def __call__(self, done: int, total: int, outcome):
-        self.counts[outcome.status] += 1
-        tally = " ".join(f"{k} {v}" for k, v in self.counts.items())
-        if self.tty:
-            filled = int(30 * done / total)
-            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {tally} "
-                              f"{time.monotonic() - self.t0:5.0f}s")
-        else:
-            self.stream.write(f"[{done}/{total}] {outcome.status:8s} {outcome.job.describe()} "
-                              f"({outcome.seconds:.1f}s)\n")
+        self.stream.write(f"[{done}/{total}] {outcome.status:8s} {outcome.job.describe()} "
+                          f"({outcome.seconds:.1f}s)\n")
         self.stream.flush()
 
     def done(self):
-        if self.tty:
-            self.stream.write("\n")
+        pass
+
+
+class _BarProgress:
+    """A bar with the count done, the tally by outcome and the time taken; each failure is also
+    printed above the bar as it happens."""
+
+    def __init__(self, stream, total: int):
+        from rich.console import Console   # only here: `hkjit` itself never imports rich
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.counts = {"compiled": 0, "reused": 0, "failed": 0}
+        self.bar = Progress(TextColumn("precompile"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[tally]}"), TimeElapsedColumn(),
+                            console=Console(file=stream, highlight=False))
+        self.task = self.bar.add_task("precompile", total=total, tally=self._tally())
+        self.bar.start()
+
+    def _tally(self) -> str:
+        return " ".join(f"{k} {v}" for k, v in self.counts.items())
+
+    def __call__(self, done: int, total: int, outcome):
+        self.counts[outcome.status] += 1
+        if outcome.status == "failed":
+            self.bar.console.print(f"failed: {outcome.job.describe()}", markup=False)
+        self.bar.update(self.task, completed=done, total=total, tally=self._tally())
+
+    def done(self):
+        self.bar.stop()
 
 
 # --------------------------------------------------------------------------------------- bundle

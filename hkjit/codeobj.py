@@ -49,10 +49,6 @@ def sections(code: bytes) -> list[Section]:
     return _sections(code)
 
 
-def section_bytes(code: bytes, section: Section) -> bytes:
-    return code[section.offset:section.offset + section.size]
-
-
 def symbols(code: bytes) -> dict[str, tuple[int, int, int]]:
     """Symbol name → (value, size, section index) for every named symbol."""
     secs = _sections(code)
@@ -86,61 +82,6 @@ def notes(code: bytes) -> list[tuple[str, int, bytes]]:
     return out
 
 
-# --- msgpack: just enough to read AMDGPU metadata (maps, arrays, strings, ints, bools, floats).
-def _unpack(buf: bytes, pos: int):
-    b = buf[pos]
-    pos += 1
-    if b <= 0x7F:
-        return b, pos
-    if b >= 0xE0:
-        return b - 0x100, pos
-    if 0x80 <= b <= 0x8F:
-        return _unpack_map(buf, pos, b & 0x0F)
-    if 0x90 <= b <= 0x9F:
-        return _unpack_array(buf, pos, b & 0x0F)
-    if 0xA0 <= b <= 0xBF:
-        n = b & 0x1F
-        return buf[pos:pos + n].decode(), pos + n
-    fixed = {0xC0: None, 0xC2: False, 0xC3: True}
-    if b in fixed:
-        return fixed[b], pos
-    sized = {0xCC: "<B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i",
-             0xD3: ">q", 0xCA: ">f", 0xCB: ">d"}
-    if b in sized:
-        fmt = sized[b]
-        return struct.unpack_from(fmt, buf, pos)[0], pos + struct.calcsize(fmt)
-    lengths = {0xD9: ">B", 0xDA: ">H", 0xDB: ">I", 0xC4: ">B", 0xC5: ">H", 0xC6: ">I",
-               0xDC: ">H", 0xDD: ">I", 0xDE: ">H", 0xDF: ">I"}
-    if b in lengths:
-        fmt = lengths[b]
-        n = struct.unpack_from(fmt, buf, pos)[0]
-        pos += struct.calcsize(fmt)
-        if b in (0xDC, 0xDD):
-            return _unpack_array(buf, pos, n)
-        if b in (0xDE, 0xDF):
-            return _unpack_map(buf, pos, n)
-        data = buf[pos:pos + n]
-        return (data.decode() if b >= 0xD9 else bytes(data)), pos + n
-    raise CodeObjectError(f"unsupported msgpack byte 0x{b:02x} in AMDGPU metadata")
-
-
-def _unpack_array(buf, pos, n):
-    items = []
-    for _ in range(n):
-        item, pos = _unpack(buf, pos)
-        items.append(item)
-    return items, pos
-
-
-def _unpack_map(buf, pos, n):
-    out = {}
-    for _ in range(n):
-        k, pos = _unpack(buf, pos)
-        v, pos = _unpack(buf, pos)
-        out[k] = v
-    return out, pos
-
-
 NT_AMDGPU_METADATA = 32
 
 
@@ -148,8 +89,21 @@ def amd_metadata(code: bytes) -> dict:
     """The whole AMDGPU metadata map (amdhsa.version, amdhsa.kernels, amdhsa.target, …)."""
     for name, ntype, desc in notes(code):
         if name == "AMDGPU" and ntype == NT_AMDGPU_METADATA:
-            return _unpack(desc, 0)[0]
+            return _unpack_metadata(desc)
     raise CodeObjectError("no AMDGPU metadata note: not an AMD HSA code object")
+
+
+def _unpack_metadata(desc: bytes) -> dict:
+    import msgpack  # here, not at the top: `import hkjit` must not pay for it
+    try:
+        meta = msgpack.unpackb(desc, raw=False, strict_map_key=False)
+    except msgpack.ExtraData as e:   # padding after the map: the map is what counts
+        meta = e.unpacked
+    except (ValueError, msgpack.UnpackException) as e:
+        raise CodeObjectError(f"AMDGPU metadata note is not valid msgpack: {e}") from None
+    if not isinstance(meta, dict):
+        raise CodeObjectError(f"AMDGPU metadata note holds a {type(meta).__name__}, not a map")
+    return meta
 
 
 def amd_kernel_info(code: bytes, kernel: str) -> dict:

@@ -6,6 +6,7 @@ built by another. Each driver's identity (name + version) goes into the cache ke
 """
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -71,6 +72,15 @@ class Compiler:
         return codeobj.nvidia_kernel_info(log, kernel)
 
 
+def unit_id(source: str) -> str:
+    """The compilation-unit id clang is given for `source` (`-cuid=`). Left to itself, clang hashes
+    the input's path and the command line (which names a fresh temporary output file) into the
+    `__hip_cuid_*` symbol it emits, so every compile of one unit gave different bytes. An id taken
+    from the unit's text makes one cache key give one code object in any process and cache dir;
+    the text is already in the key, so the id needs no place of its own there."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
 def _run(cmd, source_path, what):
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S)
@@ -124,10 +134,15 @@ class _SubprocessCompiler(Compiler):
         text = (out.stdout or out.stderr).strip()
         return " | ".join(l.strip() for l in text.splitlines() if l.strip() and not l.startswith("InstalledDir"))
 
+    def unit_flags(self, source: str) -> list[str]:
+        """Options that depend on the unit's text (derived from it, so not part of the key)."""
+        return []
+
     def compile(self, source, source_path, target, include_dirs, kernel):
         with tempfile.TemporaryDirectory(prefix="hkjit-") as tmp:
             out = Path(tmp) / "kernel.bin"
-            cmd = [self.path, *self.flags(target, include_dirs), "-o", str(out), str(source_path)]
+            cmd = [self.path, *self.flags(target, include_dirs), *self.unit_flags(source),
+                   "-o", str(out), str(source_path)]
             log = _run(cmd, source_path, self.name)
             code = out.read_bytes()
         return CompileResult(code, log, self.static_info(code, log, kernel))
@@ -139,6 +154,9 @@ class ClangCompiler(_SubprocessCompiler):
     def flags(self, target, include_dirs):
         return [*CLANG_HIP_FLAGS, f"--offload-arch={target.id}", *AMD_FLAGS,
                 *(f"-I{d}" for d in include_dirs)]
+
+    def unit_flags(self, source):
+        return [f"-cuid={unit_id(source)}"]   # hipcc hands it on to clang unchanged
 
 
 class HipccCompiler(ClangCompiler):
@@ -240,7 +258,9 @@ class HiprtcCompiler(Compiler):
 
     def compile(self, source, source_path, target, include_dirs, kernel):
         rtc = self._hiprtc
-        opts = self.flags(target, include_dirs)
+        # hiprtc runs clang's driver inside comgr on a copy of the source in a temporary folder:
+        # the same -cuid keeps its output independent of that folder too.
+        opts = [*self.flags(target, include_dirs), f"-cuid={unit_id(source)}"]
         cmd = ["hiprtc", *opts, str(source_path)]
         prog = self._check(rtc.hiprtcCreateProgram(source.encode(), str(source_path).encode(), 0, None, None),
                            "hiprtcCreateProgram", cmd=cmd, source_path=source_path)

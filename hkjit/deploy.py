@@ -11,9 +11,7 @@ import concurrent.futures
 import hashlib
 import itertools
 import json
-import math
 import os
-import re
 import shutil
 import threading
 import time
@@ -27,73 +25,14 @@ from typing import Callable
 from . import cache as cache_mod
 from .cache import BUNDLE_FORMAT_VERSION, BUNDLE_MANIFEST, Bundle, CacheWarning, encode_entry, entry_relpath
 from .errors import HKJitError, InvalidArgumentError
+from .manifest import MANIFEST_VERSION, kernel_table, manifest_line, plain_params
 
 try:
     import fcntl
 except ImportError:   # Windows: recording still works, without the cross-process append lock
     fcntl = None
 
-MANIFEST_VERSION = 1
 _SPECIAL_KEYS = {"op", "target", "targets", "shapes", "dtypes", "sweep"}
-
-
-# ----------------------------------------------------------------------------------- TOML writer
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else toml_value(key)
-
-
-def toml_value(value) -> str:
-    """One TOML value (a string, int, float, bool, list or inline table) on one line."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)   # repr always has '.' or 'e', so TOML reads a float back
-    if isinstance(value, str):
-        return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7f else c)
-                             for c in value) + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }" \
-            if value else "{}"
-    raise InvalidArgumentError(f"cannot write {value!r} ({type(value).__name__}) to TOML; use str, int, "
-                               "float, bool, lists or dicts")
-
-
-def toml_dumps(doc: dict) -> str:
-    """A TOML document: plain keys first, then tables, then arrays of tables (lists of dicts)."""
-    lines = _toml_table_body(doc, ())
-    return "\n".join(lines).strip("\n") + "\n"
-
-
-def _is_table_array(value) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _toml_table_body(table: dict, path: tuple) -> list[str]:
-    plain = [(k, v) for k, v in table.items() if not isinstance(v, dict) and not _is_table_array(v)]
-    tables = [(k, v) for k, v in table.items() if isinstance(v, dict)]
-    arrays = [(k, v) for k, v in table.items() if _is_table_array(v)]
-    lines = [f"{toml_key(str(k))} = {toml_value(v)}" for k, v in plain if v is not None]
-    for k, sub in tables:
-        name = ".".join(toml_key(str(p)) for p in path + (k,))
-        lines += ["", f"[{name}]"] + _toml_table_body(sub, path + (k,))
-    for k, items in arrays:
-        name = ".".join(toml_key(str(p)) for p in path + (k,))
-        for item in items:
-            lines += ["", f"[[{name}]]"] + _toml_table_body(item, path + (k,))
-    return lines
 
 
 # -------------------------------------------------------------------------------------- manifests
@@ -116,24 +55,6 @@ class Job:
 
     def manifest_line(self) -> str:
         return manifest_line(self.op, self.target, self.param_dict)
-
-
-def plain_params(params: dict) -> dict:
-    """Keyword arguments as TOML can hold them: None (a default) is dropped; dtype objects and the
-    like become their names."""
-    out = {}
-    for name, value in sorted(params.items()):
-        if value is None:
-            continue
-        if not isinstance(value, (bool, int, float, str)):
-            value = getattr(value, "name", None) if isinstance(getattr(value, "name", None), str) else str(value)
-        out[str(name)] = value
-    return out
-
-
-def manifest_line(op: str, target: str, params: dict) -> str:
-    """The one line that adds this specialisation to a manifest's `kernels = [...]` array."""
-    return toml_value({"op": op, "target": target, **plain_params(params)}) + ","
 
 
 def load_manifest(path, *, archs=None, ops=None, shape_params=None) -> list[Job]:
@@ -288,7 +209,7 @@ class _Recorder:
                 f"# Specialisations recorded by HKJIT_RECORD (hkjit {cache_mod.hkjit_version()}).\n"
                 "# Replay: hkjit precompile --shapes THIS_FILE -o BUNDLE\n"
                 f"version = {MANIFEST_VERSION}\n")
-            block = toml_dumps({"kernel": [{"op": job.op, "target": job.target, **job.param_dict}]})
+            block = kernel_table(job.op, job.target, job.param_dict)
             os.write(fd, (head + "\n" + block).encode())
         finally:
             os.close(fd)   # closing drops the flock

@@ -178,3 +178,104 @@ def format_report(report) -> str:
         if mix.get("mfma_kinds"):
             lines.append("  mfma: " + ", ".join(f"{k} ×{v}" for k, v in mix["mfma_kinds"].items()))
     return "\n".join(lines)
+
+
+# ==================================================================================================
+# CDNA GEMM static report (kept apart from `inspect` above): every default configuration of
+# kernel_sources/gemm_cdna.hip compiled through hkjit's clang driver with its pinned flags, and the
+# figures tests/test_cdna_gemm_static.py checks and tools/cdna_static_report.py prints.
+
+CDNA_GEMM_LAYOUTS = (("ABt", True, True), ("AB", True, False), ("AtB", False, True), ("AtBt", False, False))
+# Representative shapes that select each default tier (see _cdna_gemm's table).
+CDNA_GEMM_TIER_SHAPES = {"gfx950": ((8192, 8192, 8192), (2048, 2048, 2048), (512, 512, 512)),
+                         "gfx942": ((8192, 8192, 8192), (2304, 2304, 2048), (512, 512, 512))}
+
+
+def cdna_gemm_default_configs(archs=("gfx950", "gfx942"), all_dtypes=False) -> list[tuple[str, str, dict]]:
+    """(arch, label, cfg) for every default configuration: each tier × each A/B layout, bf16 → bf16,
+    plus (all_dtypes) every input/output dtype pair."""
+    from .ops import _cdna_gemm as G
+    pairs = [(i, o) for i in G.IN_DTYPES for o in G.OUT_DTYPES] if all_dtypes else [("bfloat16", "bfloat16")]
+    out = []
+    for arch in archs:
+        target = targets.parse(arch)
+        for M, N, K in CDNA_GEMM_TIER_SHAPES[arch]:
+            for lname, a_kmajor, b_kmajor in CDNA_GEMM_LAYOUTS:
+                for in_dtype, out_dtype in pairs:
+                    cfg = G.choose_config(M, N, K, a_kmajor, b_kmajor, in_dtype, out_dtype, target, {})
+                    label = (f"{cfg['block_m']}x{cfg['block_n']}x{cfg['block_k']} w{cfg['waves']} "
+                             f"{lname} {in_dtype[:4]}->{out_dtype[:4]}")
+                    out.append((arch, label, cfg))
+    return out
+
+
+def amd_kernel_notes(code: bytes) -> dict:
+    """The integer fields of the (single) kernel's metadata, named as the note names them without
+    the dot (vgpr_count, group_segment_fixed_size, …), plus `symbols` (kernel names) and
+    `args_size` (the size of the one by-value argument at offset 0, else None)."""
+    from . import codeobj
+    kernels = codeobj.amd_metadata(code).get("amdhsa.kernels", [])
+    notes = {k.lstrip("."): v for k, v in kernels[0].items() if isinstance(v, int)} if kernels else {}
+    notes["symbols"] = [k.get(".name") for k in kernels]
+    args = kernels[0].get(".args", []) if kernels else []
+    notes["args_size"] = args[0].get(".size") if args and args[0].get(".offset") == 0 else None
+    return notes
+
+
+def _is_lds_dma(inst) -> bool:
+    return inst[1].startswith("buffer_load") and inst[2].endswith(" lds")
+
+
+def amd_gemm_loop_stats(insts) -> dict:
+    """Instruction counts of a GEMM's disassembly, whole and in its main loop (`main_loop`)."""
+    mfma = [i for i in insts if i[1].startswith("v_mfma")]
+    span = main_loop(insts)
+    body = [i for i in insts if span and span[0] <= i[0] <= span[1]]
+    count = lambda seq, pred: sum(1 for i in seq if pred(i))  # noqa: E731
+    return {
+        "mfma_total": len(mfma),
+        "mfma_ops": sorted({i[1] for i in mfma}),
+        "mfma_loop": count(body, lambda i: i[1].startswith("v_mfma")),
+        "loop_insts": len(body),
+        "lds_dma_total": count(insts, _is_lds_dma),
+        "lds_dma_loop": count(body, _is_lds_dma),
+        # direct-to-LDS loads whose soffset is not the constant 0: a raw buffer's range check
+        # leaves soffset out, so an offset carried there escapes num_records (must stay 0)
+        "lds_dma_soffset": count(insts, lambda i: _is_lds_dma(i)
+                                 and [x.strip() for x in i[2].split(",")][2].split()[0] != "0"),
+        "ds_read_loop": {op: count(body, lambda i, op=op: i[1] == op)
+                         for op in sorted({i[1] for i in body if i[1].startswith("ds_read")})},
+        "ds_read_total": count(insts, lambda i: i[1].startswith("ds_read")),
+        "barrier_loop": count(body, lambda i: i[1] == "s_barrier"),
+        "waitcnt_loop": count(body, lambda i: i[1] == "s_waitcnt"),
+        "global_store": count(insts, lambda i: i[1].startswith("global_store")),
+        "scratch": count(insts, lambda i: i[1].startswith("scratch_") or
+                         (i[1].startswith("buffer_") and "lds" not in i[2] and "off," in i[2])),
+    }
+
+
+def cdna_gemm_static(arch: str, cfg: dict) -> dict:
+    """Compile one CDNA GEMM configuration with hkjit's clang driver and measure it: `notes`
+    (amd_kernel_notes), `stats` (amd_gemm_loop_stats), `occupancy` (waves per SIMD),
+    `blocks_per_cu`, and the MFMAs per K-step per block found (`mfma_per_kstep_block`) and
+    implied by the tile arithmetic (`mfma_expected`)."""
+    from . import compiler, spec as spec_mod
+    from .ops import _cdna_gemm as G
+    target = targets.parse(arch)
+    unit = (f'#include "{G.SOURCE}"\nusing hkjit_kernel = {G.TEMPLATE}<{G.template_args(cfg)}>;\n'
+            f"HK_ENTRY({G.KERNEL}, hkjit_kernel)\n")
+    clang = compiler.find_compiler(target, "clang")
+    with tempfile.TemporaryDirectory(prefix="hkjit-static-") as tmp:
+        source = Path(tmp) / "gemm_cdna_unit.hip"
+        source.write_text(unit)
+        code = clang.compile(unit, source, target, [spec_mod.include_dir(), spec_mod.kernel_sources_dir()],
+                             G.KERNEL).code
+    insts = amd_disassembly(code, target.arch)
+    if insts is None:
+        raise RuntimeError("llvm-objdump (LLVM >= 20) not found: apt-get install llvm-22")
+    notes, stats = amd_kernel_notes(code), amd_gemm_loop_stats(insts)
+    occ = amd_occupancy(target, notes["vgpr_count"], notes.get("agpr_count", 0),
+                        notes["group_segment_fixed_size"], cfg["waves"])
+    expected = cfg["block_m"] * cfg["block_n"] * cfg["block_k"] // (cfg["mfma_m"] ** 2 * cfg["mfma_k"])
+    return dict(notes=notes, stats=stats, occupancy=occ["waves_per_simd"], blocks_per_cu=occ["blocks_per_cu"],
+                mfma_per_kstep_block=stats["mfma_loop"] * cfg["waves"], mfma_expected=expected)

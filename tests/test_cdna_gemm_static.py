@@ -10,27 +10,22 @@
 """
 
 import ctypes
-import importlib.util
-import tempfile
-from pathlib import Path
+import shutil
 
 import numpy as np
 import pytest
 
+from hkjit import static
 from hkjit.errors import InvalidArgumentError
 from hkjit.ops import _cdna_gemm as G
 from hkjit.targets import parse
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("cdna_static_report", ROOT / "tools" / "cdna_static_report.py")
-R = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(R)
+from conftest import HAVE_CLANG
 
-_CLANG = R.tool("clang")
-needs_clang = pytest.mark.skipif(not _CLANG or R.clang_major(_CLANG) < 20 or not R.tool("llvm-readelf")
-                                 or not R.tool("llvm-objdump"), reason="clang-22 (LLVM >= 20) not installed")
+needs_clang = pytest.mark.skipif(not HAVE_CLANG or not shutil.which("llvm-objdump-22"),
+                                 reason="clang-22 / llvm-objdump-22 not installed (apt-get install clang-22 llvm-22)")
 
-_CONFIGS = R.default_configs() + [
+_CONFIGS = static.cdna_gemm_default_configs() + [
     (a, f"dtype {i}->{o}", G.choose_config(8192, 8192, 8192, True, False, i, o, parse(a), {}))
     for a in ("gfx950", "gfx942") for i, o in (("float16", "float16"), ("float16", "float32"), ("bfloat16", "float32"))
 ] + [
@@ -39,16 +34,10 @@ _CONFIGS = R.default_configs() + [
 ]
 
 
-@pytest.fixture(scope="module")
-def workdir():
-    with tempfile.TemporaryDirectory() as d:
-        yield d
-
-
 @needs_clang
 @pytest.mark.parametrize("arch,label,cfg", _CONFIGS, ids=[f"{a}-{l}" for a, l, _ in _CONFIGS])
-def test_default_config_compiles_clean(arch, label, cfg, workdir):
-    r = R.measure(arch, cfg, workdir)
+def test_default_config_compiles_clean(arch, label, cfg):
+    r = static.cdna_gemm_static(arch, cfg)
     n, s = r["notes"], r["stats"]
     assert "hkjit_gemm" in n["symbols"]
     assert n["vgpr_spill_count"] == 0 and n["sgpr_spill_count"] == 0
@@ -232,7 +221,7 @@ def _read_col(tile, r0, c0, mn, kd, mi, mk, tr):
 
 
 def _mfma(a, b, mi, mk):
-    """One MFMA from per-lane operands (amd-isa-notes layouts); returns acc[l][v]."""
+    """One MFMA from per-lane operands (the ISA references' layouts); returns acc[l][v]."""
     e = mk // (64 // mi)
     A, B = np.zeros((mi, mk)), np.zeros((mk, mi))
     for l in range(64):

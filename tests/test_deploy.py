@@ -9,7 +9,6 @@ compilers where this machine has them."""
 import functools
 import hashlib
 import json
-import math
 import multiprocessing as mp
 import os
 import shutil
@@ -157,31 +156,6 @@ RESOLVE_ALL = """
         results.append([job.op, job.target, b.key, b.compiled, b.code.decode()])
     print(json.dumps(results))
 """
-
-
-# ------------------------------------------------------------------------------------- TOML writer
-
-@pytest.mark.parametrize("value", [
-    "plain", 'quote " and backslash \\ and \t tab', "newline\nand\rreturn", "unicode ünï 中文 😀",
-    "\x00\x01\x1f\x7f controls", "", 0, -17, 2**62, 1.5, -0.0, 1e300, 5e-324, True, False,
-    [1, 2, 3], ["a", "b"], [[1, 2], [3]], [], {"inline": 1, "nested": {"x": "y"}}, {},
-])
-def test_toml_values_round_trip(value):
-    assert tomllib.loads(f"v = {deploy.toml_value(value)}")["v"] == value
-
-
-def test_toml_special_floats_and_bad_values():
-    doc = tomllib.loads(f"a = {deploy.toml_value(math.inf)}\nb = {deploy.toml_value(-math.inf)}\n"
-                        f"c = {deploy.toml_value(math.nan)}")
-    assert doc["a"] == math.inf and doc["b"] == -math.inf and math.isnan(doc["c"])
-    with pytest.raises(InvalidArgumentError, match="TOML"):
-        deploy.toml_value(object())
-
-
-def test_toml_document_round_trip():
-    doc = {"version": 1, "weird key = 1": "v", "defaults": {"dtype": "bfloat16", "sub": {"deep": [1, 2]}},
-           "kernel": [{"op": "gemm", "m": 1, "shape.with.dots": "x"}, {"op": "gemm", "targets": ["gfx942"]}]}
-    assert tomllib.loads(deploy.toml_dumps(doc)) == doc
 
 
 # ---------------------------------------------------------------------------------------- manifests

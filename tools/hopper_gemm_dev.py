@@ -6,8 +6,8 @@
     PYTHONPATH=. python3 tools/hopper_gemm_dev.py --compile-only     # NVRTC report, no GPU needed
 
 Compiles with NVRTC (cuda.bindings.nvrtc) exactly the unit hkjit generates, loads it with
-cuModuleLoadData and launches it with cuLaunchKernel on torch's current stream. Logs go to
-$OUT/hopper_gemm.log when $OUT is set.
+cuModuleLoadData and launches it with cuLaunchKernel on torch's current stream. `--log FILE`
+also appends everything printed to FILE.
 """
 from __future__ import annotations
 
@@ -339,9 +339,10 @@ def main():
     ap.add_argument("--variants", default="")
     ap.add_argument("--layouts", default="nn", help="comma list of nn,nt,tn,tt (A,B transposed)")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--log", metavar="FILE", help="also append everything printed to FILE")
     a = ap.parse_args()
-    if os.environ.get("OUT"):
-        LOG = open(os.path.join(os.environ["OUT"], "hopper_gemm.log"), "a")
+    if a.log:
+        LOG = open(a.log, "a")
     if a.compile_only:
         for t in ["hk::bf16, hk::bf16, true, false, 128, 256, 64, 2, 4, 8, false, false, true, true"]:
             _, ptx, rep = nvrtc_compile(t, want_cubin=True)

@@ -168,13 +168,14 @@ def _max_stages(block_m, block_n, block_k, c_tma=False, split_k=1):
 # unit pays the latency of its first loads). Rule: among block_n in _SPLIT_BN and power-of-two
 # split counts s, keep those with tiles_n * s <= num_sms (one wave, no second round) and at least
 # _SPLIT_MIN_KTILES k-tiles per slice; take the one with the most units (ties: the wider tile); use
-# it unless the unsplit rule has more units (equal: the split, wider tile wins). Measured on 16x4096x4096, H200 (logs/v4_skinny):
-# 64x64 s=2 0.93x cuBLAS, 64x128 s=2 0.90-0.94, 64x128 s=4 (16 k-tiles) 0.87-0.91, 64x32 unsplit
-# 0.80-0.82, 8 k-tiles per slice 0.64-0.74.
+# it unless the unsplit rule has more units (equal: the split, wider tile wins). Measured on
+# 16x4096x4096 (H200, 2026-11-22, do_bench medians against cuBLAS in the same process): 64x64 s=2
+# 0.93x cuBLAS, 64x128 s=2 0.90-0.94, 64x128 s=4 (16 k-tiles) 0.87-0.91, 64x32 unsplit 0.80-0.82,
+# 8 k-tiles per slice 0.64-0.74.
 #
 # Only for K < _SPLIT_MAX_K: with a long K the unsplit stream amortises its fill and drain and the
 # partial round trip costs more than it saves (64x4096x14336: unsplit 64x32 0.98x, split 64x128
-# s=4 0.955x; 16x8192x8192: split 0.91x, unsplit 64x64 0.89x, within noise; logs/v4b_skinny2).
+# s=4 0.955x; 16x8192x8192: split 0.91x, unsplit 64x64 0.89x, within noise; H200, 2026-11-22).
 _SPLIT_BN = (64, 128)
 _SPLIT_MIN_KTILES = 32
 _SPLIT_MAX_K = 8192
