@@ -62,3 +62,8 @@ class BundleError(HKJitError, RuntimeError):
 
 class LaunchError(HKJitError, RuntimeError):
     """A kernel could not be loaded or launched."""
+
+
+class InvalidImageError(LaunchError):
+    """The runtime rejected a code object (corrupt, or built for another device): the JIT sets the
+    cached copy aside and compiles the kernel again."""
