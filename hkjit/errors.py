@@ -52,6 +52,10 @@ class CacheError(HKJitError, RuntimeError):
     """The on-disk cache could not be used (lock timeout, unreadable entry that cannot be rebuilt)."""
 
 
+class CacheWarning(UserWarning):
+    """The cache could not be used as configured; hkjit carries on (in memory, or without an entry)."""
+
+
 class OfflineMissError(HKJitError, RuntimeError):
     """Offline mode is on and the specialisation is in no bundle and not in the cache."""
 
