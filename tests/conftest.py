@@ -44,8 +44,8 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("HKJIT_CACHE_DIR", str(d))
     from hkjit import cache, jit
-    monkeypatch.setattr(cache, "_default", None, raising=False)
+    cache.reset_default_cache()
     jit._keys.clear()
     jit._loaded.clear()
     yield d
-    monkeypatch.setattr(cache, "_default", None, raising=False)
+    cache.reset_default_cache()

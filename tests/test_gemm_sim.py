@@ -57,7 +57,7 @@ def _private_cache(tmp_path_factory):
     from hkjit.ops import gemm as gemm_op
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HKJIT_CACHE_DIR", str(tmp_path_factory.mktemp("hkjit-cache")))
-        mp.setattr(cache, "_default", None, raising=False)
+        cache.reset_default_cache()
         jit._keys.clear()
         jit._loaded.clear()
         _prebuild()
@@ -68,7 +68,7 @@ def _private_cache(tmp_path_factory):
         jit._loaded.clear()
         gemm_op._launchers.clear()
         gc.collect()
-        mp.setattr(cache, "_default", None, raising=False)
+        cache.reset_default_cache()
 
 
 def _prebuild():
