@@ -5,7 +5,7 @@
     built = hkjit.build("gemm", target="gfx950", m=4096, n=4096, k=4096)
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .errors import (BundleError, CacheError, CompileError, CompilerNotFoundError, DeviceError,  # noqa: E402
                      DTypeError, HKJitError, InvalidArgumentError, LaunchError, OfflineMissError,

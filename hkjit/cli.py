@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-from . import __version__
+from ._version import __version__
 from .errors import HKJitError
 
 

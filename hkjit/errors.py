@@ -52,6 +52,10 @@ class CacheError(HKJitError, RuntimeError):
     """The on-disk cache could not be used (lock timeout, unreadable entry that cannot be rebuilt)."""
 
 
+class CacheWarning(UserWarning):
+    """The cache could not be used as configured; hkjit carries on (in memory, or without an entry)."""
+
+
 class OfflineMissError(HKJitError, RuntimeError):
     """Offline mode is on and the specialisation is in no bundle and not in the cache."""
 
@@ -62,3 +66,8 @@ class BundleError(HKJitError, RuntimeError):
 
 class LaunchError(HKJitError, RuntimeError):
     """A kernel could not be loaded or launched."""
+
+
+class InvalidImageError(LaunchError):
+    """The runtime rejected a code object (corrupt, or built for another device): the JIT sets the
+    cached copy aside and compiles the kernel again."""

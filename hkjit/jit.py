@@ -16,7 +16,7 @@ from pathlib import Path
 from . import cache as cache_mod
 from . import compiler as compiler_mod
 from . import spec as spec_mod
-from .errors import CompilerNotFoundError, HKJitError, OfflineMissError
+from .errors import CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
 from .spec import Specialization
 
 
@@ -182,7 +182,7 @@ def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None
     try:
         kernel = device.load(built.code, spec.entry, dynamic_smem)
     except Exception as e:
-        if type(e).__name__ != "InvalidImageError" or built.compiled:
+        if not isinstance(e, InvalidImageError) or built.compiled:
             raise
         # A cached image the runtime rejects is as corrupt as a bad checksum: set it aside, rebuild.
         cache_mod.default_cache().invalidate(key, f"runtime rejected the image: {e}")

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
 from .errors import HKJitError, InvalidArgumentError
 from .targets import Target
 

@@ -62,7 +62,7 @@ def test_runtime_extents_do_not_change_the_kernel(cache_dir):
     assert a == b and c != a
 
 
-def _fresh_process_state(monkeypatch):
+def _fresh_process_state():
     """What a new process has: no memory table, no memoised keys."""
     hkjit.reset_state()
 
@@ -70,7 +70,7 @@ def _fresh_process_state(monkeypatch):
 @needs_clang
 def test_warm_start_resolves_keys_without_asking_the_compiler(cache_dir, monkeypatch):
     first = hkjit.build("gemm", target="gfx950", **SMALL)
-    _fresh_process_state(monkeypatch)
+    _fresh_process_state()
 
     def no_compiler(*a, **k):
         raise AssertionError("the compiler was consulted on a warm start")
@@ -85,7 +85,7 @@ def test_index_is_ignored_once_the_compiler_changes(cache_dir, monkeypatch, tmp_
     fake_binary.write_bytes(b"v1")
     monkeypatch.setattr(compiler.ClangCompiler, "_files", lambda self: [str(fake_binary)])
     hkjit.build("gemm", target="gfx950", **SMALL)
-    _fresh_process_state(monkeypatch)
+    _fresh_process_state()
     fake_binary.write_bytes(b"version 2")  # an upgraded compiler: size and mtime change
     asked = []
     real = compiler.find_compiler

@@ -21,6 +21,7 @@ import pytest
 
 from hkjit import cache as cache_mod
 from hkjit.cache import Cache, CacheWarning, decode_entry, encode_entry, make_key
+from hkjit.cache import key as cache_key, store as cache_store
 from hkjit.errors import CacheError, InvalidArgumentError, OfflineMissError
 
 FORK = mp.get_context("fork")
@@ -99,7 +100,7 @@ def test_key_changes_with_every_part(part, value):
 
 def test_key_changes_with_cache_format_version(monkeypatch):
     before = make_key(BASE_PARTS)
-    monkeypatch.setattr(cache_mod, "CACHE_FORMAT_VERSION", cache_mod.CACHE_FORMAT_VERSION + 1)
+    monkeypatch.setattr(cache_key, "CACHE_FORMAT_VERSION", cache_key.CACHE_FORMAT_VERSION + 1)
     assert make_key(BASE_PARTS) != before
 
 
@@ -539,7 +540,7 @@ def test_prune_evicts_least_recently_used_first(tmp_path):
 
 def test_prune_spares_recent_and_locked_entries(tmp_path):
     cache, keys = _fill(tmp_path / "c", "abc")
-    locked = cache_mod._KeyLock(cache.lock_path(keys[0]))
+    locked = cache_mod.KeyLock(cache.lock_path(keys[0]))
     assert locked.try_acquire()
     try:
         report = cache.prune(0, grace=0)
@@ -559,7 +560,7 @@ def test_prune_spares_recent_and_locked_entries(tmp_path):
 
 def test_size_cap_from_environment_is_enforced_after_builds(tmp_path, monkeypatch):
     monkeypatch.setenv("HKJIT_CACHE_MAX_SIZE", "25K")
-    monkeypatch.setattr(cache_mod, "PRUNE_GRACE_S", 0.0)   # else every fresh entry counts as in use
+    monkeypatch.setattr(cache_store, "PRUNE_GRACE_S", 0.0)   # else every fresh entry counts as in use
     cache = Cache(tmp_path / "c")
     assert cache.max_size == 25 * 1024
     keys = [key_of(f"cap{i}") for i in range(6)]

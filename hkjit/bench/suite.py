@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__, api, ops, runtime
+from .. import api, ops, runtime
+from .._version import __version__
 
 
 def op_benchmarks(names=None) -> dict:

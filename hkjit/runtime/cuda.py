@@ -7,16 +7,12 @@ and streams from those frameworks are valid here. Launches pass one pre-packed a
 import ctypes
 import threading
 
-from ..errors import DeviceError, LaunchError
+from ..errors import DeviceError, InvalidImageError, LaunchError
 from .. import targets
 
 _cu = None
 _SUCCESS = None
 _tls = threading.local()
-
-
-class InvalidImageError(LaunchError):
-    """The driver rejected a code object (corrupt, or built for another chip)."""
 
 
 def _driver():

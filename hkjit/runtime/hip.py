@@ -9,17 +9,13 @@ the CUDA and simulator paths, which are tested.
 import ctypes
 import threading
 
-from ..errors import DeviceError, LaunchError
+from ..errors import DeviceError, InvalidImageError, LaunchError
 from .. import targets
 
 _hip = None
 _tls = threading.local()
 # hip_runtime_api.h: HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 0x01, 0x02, 0x03
-
-
-class InvalidImageError(LaunchError):
-    """The runtime rejected a code object (corrupt, or built for another chip)."""
 
 
 def _runtime():
