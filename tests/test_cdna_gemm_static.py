@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hkjit import static
+from hkjit.ops import _cdna_gemm_report as report
 from hkjit.errors import InvalidArgumentError
 from hkjit.ops import _cdna_gemm as G
 from hkjit.targets import parse
@@ -25,7 +25,7 @@ from conftest import HAVE_CLANG
 needs_clang = pytest.mark.skipif(not HAVE_CLANG or not shutil.which("llvm-objdump-22"),
                                  reason="clang-22 / llvm-objdump-22 not installed (apt-get install clang-22 llvm-22)")
 
-_CONFIGS = static.cdna_gemm_default_configs() + [
+_CONFIGS = report.cdna_gemm_default_configs() + [
     (a, f"dtype {i}->{o}", G.choose_config(8192, 8192, 8192, True, False, i, o, parse(a), {}))
     for a in ("gfx950", "gfx942") for i, o in (("float16", "float16"), ("float16", "float32"), ("bfloat16", "float32"))
 ] + [
@@ -37,7 +37,7 @@ _CONFIGS = static.cdna_gemm_default_configs() + [
 @needs_clang
 @pytest.mark.parametrize("arch,label,cfg", _CONFIGS, ids=[f"{a}-{l}" for a, l, _ in _CONFIGS])
 def test_default_config_compiles_clean(arch, label, cfg):
-    r = static.cdna_gemm_static(arch, cfg)
+    r = report.cdna_gemm_static(arch, cfg)
     n, s = r["notes"], r["stats"]
     assert "hkjit_gemm" in n["symbols"]
     assert n["vgpr_spill_count"] == 0 and n["sgpr_spill_count"] == 0

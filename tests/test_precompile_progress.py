@@ -19,7 +19,7 @@ def _precompile_on_a_terminal(tmp_path, monkeypatch, capsys) -> tuple[int, str, 
     """Run `hkjit precompile` with stderr on a pseudo-terminal; (status, stdout, what the terminal got)."""
     manifest = tmp_path / "m.toml"
     manifest.write_text(MANIFEST)
-    monkeypatch.setattr(hkjit, "build", fake_build)
+    monkeypatch.setattr(hkjit.api, "build", fake_build)
     monkeypatch.setenv("TERM", "xterm-256color")
     master, slave = os.openpty()
     received = []

@@ -2,7 +2,7 @@
 """Static report of the CDNA GEMM (kernel_sources/gemm_cdna.hip): builds every default
 configuration for gfx942 and gfx950 with hkjit's clang driver and prints registers, LDS, spills,
 occupancy, MFMA counts (total, and per K-step from the main loop of the disassembly) and memory
-instruction counts (the figures come from `hkjit.static`). Nothing here needs an AMD GPU.
+instruction counts (the figures come from `hkjit.ops._cdna_gemm_report`). Nothing here needs an AMD GPU.
 
     python tools/cdna_static_report.py [--arch gfx950] [--jobs 4] [--all-dtypes] [--markdown]
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hkjit import static  # noqa: E402
+from hkjit.ops import _cdna_gemm_report as report  # noqa: E402
 from hkjit.errors import CompilerNotFoundError  # noqa: E402
 from hkjit.ops import _cdna_gemm as G  # noqa: E402
 from hkjit.targets import parse as parse_target  # noqa: E402
@@ -46,11 +46,11 @@ def main(argv=None):
     ap.add_argument("--all-dtypes", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    cfgs = static.cdna_gemm_default_configs(tuple(args.arch or ("gfx950", "gfx942")), args.all_dtypes)
+    cfgs = report.cdna_gemm_default_configs(tuple(args.arch or ("gfx950", "gfx942")), args.all_dtypes)
     rows, bad = [], 0
     try:
         with cf.ThreadPoolExecutor(args.jobs) as ex:
-            futs = [ex.submit(static.cdna_gemm_static, arch, cfg) for arch, _, cfg in cfgs]
+            futs = [ex.submit(report.cdna_gemm_static, arch, cfg) for arch, _, cfg in cfgs]
             for (arch, label, cfg), f in zip(cfgs, futs):
                 r, ok = row(arch, label, cfg, f.result())
                 rows.append(r)
