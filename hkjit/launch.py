@@ -23,7 +23,7 @@ import ctypes
 import math
 import sys
 
-from . import interop, jit, runtime
+from . import interop, jit, manifest, runtime
 from .errors import DeviceError, InvalidArgumentError
 from .interop import Array
 
@@ -131,11 +131,8 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
 
 def miss_hint(op_name: str, target_id: str, request: dict):
     """What an offline miss tells the user: the manifest line that ships this kernel."""
-    def hint():
-        from . import deploy
-        return ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
-                + deploy.manifest_line(op_name, target_id, request))
-    return hint
+    return lambda: ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
+                    + manifest.manifest_line(op_name, target_id, request))
 
 
 def _result(binding, objs):
