@@ -410,8 +410,7 @@ def compile_ds(o, inst, m):
             _issue(m, g, "lgkm", keys, iaddr)
         return run
     if name == "ds_swizzle_b32":
-        ad = o.vrow(f["addr"])
-        s = o.vrow(f["data0"])
+        s = o.vrow(f["addr"])   # the value swizzled is the ADDR operand (ds_swizzle_b32 vdst, vaddr)
         d = o.vrow(f["vdst"], write=True)
         off = f["offset"]
         keys = frozenset(o.wk)

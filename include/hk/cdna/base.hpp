@@ -45,8 +45,6 @@ template <> struct is_float_t<float> { static constexpr bool value = true; };
 template <bool B> struct bool_c { static constexpr bool value = B; };
 template <bool C, typename A, typename B> struct cond { using type = A; };
 template <typename A, typename B> struct cond<false, A, B> { using type = B; };
-template <typename A, typename B> struct same_t { static constexpr bool value = false; };
-template <typename A> struct same_t<A, A> { static constexpr bool value = true; };
 
 // ---- cross-lane ---------------------------------------------------------------------------
 // ds_bpermute: lane l receives `v` of lane `src`. Used by reductions across the lanes of a row.

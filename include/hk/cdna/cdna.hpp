@@ -16,7 +16,10 @@
 #endif
 #include "base.hpp"
 #include "mfma.hpp"
-#include "types.hpp"
 #include "sched.hpp"
+#include "prims.hpp"
+#include "types.hpp"
 #include "memory.hpp"
 #include "ops.hpp"
+#include "../common/regs.hpp"
+#include "../common/rt_row.hpp"

@@ -227,10 +227,12 @@ HK_INLINE void load_frag(rt<T, R, C, col_l, S>& dst, const st<T, SR, SC, Swz>& s
 }  // namespace detail
 // Operand fragments from a shared tile (row_l or col_l, see above); the second form zeroes the
 // elements whose K index (relative to the fragment's first K) is >= k_limit.
-template <typename RT, typename ST> HK_INLINE void load(RT& dst, const ST& src, int r0, int c0) {
+template <typename RT, typename T, int SR, int SC, typename Swz>
+HK_INLINE void load(RT& dst, const st<T, SR, SC, Swz>& src, int r0, int c0) {
   detail::load_frag<false>(dst, src, r0, c0, 0);
 }
-template <typename RT, typename ST> HK_INLINE void load(RT& dst, const ST& src, int r0, int c0, int k_limit) {
+template <typename RT, typename T, int SR, int SC, typename Swz>
+HK_INLINE void load(RT& dst, const st<T, SR, SC, Swz>& src, int r0, int c0, int k_limit) {
   detail::load_frag<true>(dst, src, r0, c0, k_limit);
 }
 
@@ -302,9 +304,9 @@ HK_INLINE void store(const gl<TO>& g, const rt<T, R, C, acc_l, S>& src, int r0, 
   store(g.at(0, 0, r0, c0), g.sr, g.sc, src, g.rows - r0, g.cols - c0);
 }
 
-// Global -> accumulator tile (bounds-checked, zero fill): the mirror of store above.
+// Global -> accumulator tile (bounds-checked; elements outside g get `fill`): the mirror of store.
 template <typename TI, typename T, int R, int C, typename S>
-HK_INLINE void load(rt<T, R, C, acc_l, S>& dst, const gl<TI>& g, int r0, int c0) {
+HK_INLINE void load(rt<T, R, C, acc_l, S>& dst, const gl<TI>& g, int r0, int c0, float fill = 0.0f) {
   const int l = lane_id();
 #pragma unroll
   for (int i = 0; i < dst.TR; ++i)
@@ -313,7 +315,7 @@ HK_INLINE void load(rt<T, R, C, acc_l, S>& dst, const gl<TI>& g, int r0, int c0)
 #pragma unroll
       for (int v = 0; v < S::ACC; ++v) {
         const int r = r0 + i * S::MI + S::acc_row(v, l), c = c0 + j * S::MI + S::acc_col(l);
-        dst.t[i][j][v] = (r < g.rows && c < g.cols) ? (T)to_float(g(0, 0, r, c)) : (T)0.0f;
+        dst.t[i][j][v] = from_float<T>((r < g.rows && c < g.cols) ? to_float(g(0, 0, r, c)) : fill);
       }
 }
 

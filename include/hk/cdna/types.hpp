@@ -28,6 +28,11 @@ struct rt<T, R, C, L, S> {
   static constexpr int TMN = MN / S::MI, TK = KD / S::MK;
   static_assert(MN % S::MI == 0 && KD % S::MK == 0, "register tile must be a whole number of MFMA operands");
   vec<T, S::E> t[TMN][TK];
+  template <typename U> using retype = rt<U, R, C, L, S>;
+  // Flat element view (common/regs.hpp): element i is t[i / (TK E)][(i / E) % TK][i % E].
+  static constexpr int n_elems = TMN * TK * S::E;
+  HK_INLINE float get(int i) const { return to_float(t[i / (TK * S::E)][(i / S::E) % TK][i % S::E]); }
+  HK_INLINE void set(int i, float v) { t[i / (TK * S::E)][(i / S::E) % TK][i % S::E] = from_float<T>(v); }
 };
 
 // Accumulator tiles: storage t[row subtile][col subtile], MI x MI each, ACC registers per lane.
@@ -40,18 +45,32 @@ struct rt<T, R, C, acc_l, S> {
   static constexpr int TR = R / S::MI, TC = C / S::MI;
   static_assert(R % S::MI == 0 && C % S::MI == 0, "accumulator tile must be a whole number of MFMA outputs");
   vec<T, S::ACC> t[TR][TC];
+  template <typename U> using retype = rt<U, R, C, acc_l, S>;
+  using rvec = tile_vec<rt<float, R, C, acc_l, S>, 0>;
+  using cvec = tile_vec<rt<float, R, C, acc_l, S>, 1>;
+  // Flat element view (common/regs.hpp): element i is t[i / (TC ACC)][(i / ACC) % TC][i % ACC],
+  // at row (i / (TC ACC)) MI + acc_row(i % ACC, lane), column ((i / ACC) % TC) MI + lane % MI.
+  static constexpr int n_elems = TR * TC * S::ACC;
+  HK_INLINE float get(int i) const { return to_float(t[i / (TC * S::ACC)][(i / S::ACC) % TC][i % S::ACC]); }
+  HK_INLINE void set(int i, float v) { t[i / (TC * S::ACC)][(i / S::ACC) % TC][i % S::ACC] = from_float<T>(v); }
+  // A lane holds ACC rows of every row subtile and one column of every column subtile.
+  static constexpr int row_slots = TR * S::ACC, col_slots = TC;
+  HK_HD static constexpr int row_slot(int i) { return (i / (TC * S::ACC)) * S::ACC + i % S::ACC; }
+  HK_HD static constexpr int col_slot(int i) { return (i / S::ACC) % TC; }
+  // A row lives in the MI adjacent lanes of one lane group; a column in the lanes l % MI.
+  template <class Op> HK_INLINE static void finish_rows(float (&v)[row_slots]) {
+#pragma unroll
+    for (int s = 0; s < row_slots; ++s) v[s] = detail::lane_allreduce<S::MI, Op>(v[s]);
+  }
+  template <class Op> HK_INLINE static void finish_cols(float (&v)[col_slots]) {
+#pragma unroll
+    for (int s = 0; s < col_slots; ++s)
+#pragma unroll
+      for (int m = S::MI; m < WAVE; m <<= 1) v[s] = Op::apply(v[s], shfl_xor(v[s], m));
+  }
 };
 
 template <int R, int C, typename S = default_shape> using rt_acc = rt<float, R, C, acc_l, S>;
-
-// Register vector laid out like the rows (or columns) of an accumulator tile: for each row
-// subtile, the ACC rows a lane owns. Produced by row_sum/row_max, consumed by row-wise maps.
-template <typename T, int N, typename S = default_shape>
-struct rv {
-  static constexpr int length = N, TN = N / S::MI;
-  static_assert(N % S::MI == 0, "vector length must be a multiple of the MFMA size");
-  vec<T, S::ACC> t[TN];
-};
 
 // ---- shared-tile swizzles -----------------------------------------------------------------
 // A swizzle XORs the index of a U-byte unit inside a row with f(row); unit U is at least the

@@ -45,6 +45,7 @@
 #endif
 
 #define HK_INLINE __device__ __forceinline__
+#define HK_HD __host__ __device__   // constexpr helpers usable in device code and constant expressions
 #if HK_AMD && !defined(__forceinline__)
 #define __forceinline__ inline __attribute__((always_inline))
 #endif
@@ -59,14 +60,42 @@ using u32 = unsigned int;
 using i64 = long long;
 using u64 = unsigned long long;
 
-// The block's index in the grid, read the same way on every target.
+// The block's index in the grid, and the number of blocks along x (grid-stride loops), read the
+// same way on every target. AMD: the dispatch packet's grid size is in work-items; it is a whole
+// number of workgroups when launched through HIP's module API (gridDim * blockDim).
 #if HK_CUDA
 HK_INLINE int block_x() { return (int)blockIdx.x; }
 HK_INLINE int block_y() { return (int)blockIdx.y; }
+HK_INLINE int grid_x() { return (int)gridDim.x; }
 #else
 HK_INLINE int block_x() { return (int)__builtin_amdgcn_workgroup_id_x(); }
 HK_INLINE int block_y() { return (int)__builtin_amdgcn_workgroup_id_y(); }
+HK_INLINE int grid_x() {
+  // hsa_kernel_dispatch_packet_t: workgroup_size_x (u16) at byte 4, grid_size_x (u32) at byte 12
+  const __attribute__((address_space(4))) char* p = (const __attribute__((address_space(4))) char*)__builtin_amdgcn_dispatch_ptr();
+  const u32 wg = *(const __attribute__((address_space(4))) unsigned short*)(p + 4);
+  const u32 items = *(const __attribute__((address_space(4))) u32*)(p + 12);
+  return (int)(items / wg);
+}
 #endif
+
+template <class A, class B> struct same_t { static constexpr bool value = false; };
+template <class A> struct same_t<A, A> { static constexpr bool value = true; };
+template <class A, class B> concept same_as_c = same_t<A, B>::value;
+template <class T> struct remove_cv { using type = T; };
+template <class T> struct remove_cv<const T> { using type = T; };
+template <class T> struct remove_cv<volatile T> { using type = T; };
+template <class T> struct remove_cv<const volatile T> { using type = T; };
+template <class T> using remove_cv_t = typename remove_cv<T>::type;
+
+// B bytes held in 32-bit registers, lowest address in the low bits of w[0]: what the targets'
+// raw global loads/stores (detail::ld_global / st_global, B = 2, 4, 8 or 16) return and take, and
+// how a row tile keeps a chunk of elements (packed: two 16-bit elements per register).
+template <int B> struct raw {
+  u32 w[(B + 3) / 4];
+};
+// A per-row / per-column vector of a register tile (defined in common/regs.hpp).
+template <class KEY, int AXIS> struct tile_vec;
 }  // namespace hk
 
 // The one entry point hkjit generates per specialisation: an extern "C" kernel taking the

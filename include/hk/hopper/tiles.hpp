@@ -5,6 +5,8 @@
 //                wgmma reads it (128/64/32-byte swizzle, see below)
 //   rt<T, R, C>  an R x C tile in the registers of one warpgroup, in wgmma's accumulator layout
 #include "types.hpp"
+#include "prims.hpp"
+#include "sync.hpp"
 
 namespace hk {
 
@@ -81,6 +83,44 @@ template <class T, int R, int C> struct rt {
   }
   HK_INLINE static int col(int k) { return (k / 4) * 8 + (warpgroup_thread_() % 4) * 2 + (k % 2); }
   HK_INLINE static int warpgroup_thread_() { return threadIdx.x % 128; }
+
+  template <class U> using retype = rt<U, R, C>;
+  using rvec = tile_vec<rt<float, R, C>, 0>;
+  using cvec = tile_vec<rt<float, R, C>, 1>;
+  // Flat element view (common/regs.hpp): element i is v[i / regs][i % regs].
+  static constexpr int n_elems = blocks * regs;
+  HK_INLINE float get(int i) const { return to_float(v[i / regs][i % regs]); }
+  HK_INLINE void set(int i, float x) { v[i / regs][i % regs] = from_float<T>(x); }
+  // A thread holds rows r and r + 8 of every 64-row block, columns 2(l % 4) and +1 of every
+  // 8-column group: row slot 2b + h, column slot 2j + e.
+  static constexpr int row_slots = 2 * blocks, col_slots = C / 4;
+  HK_HD static constexpr int row_slot(int i) { return 2 * (i / regs) + ((i % regs) % 4 >= 2 ? 1 : 0); }
+  HK_HD static constexpr int col_slot(int i) { return 2 * ((i % regs) / 4) + (i % regs) % 2; }
+  // A row lives in 4 adjacent lanes; a column in the lanes l % 4 of all four warps of the
+  // warpgroup, combined through shared memory (128 * C bytes, static) and named barrier
+  // 1 + warpgroup: a kernel calling col reductions keeps those barrier ids for them.
+  template <class Op> HK_INLINE static void finish_rows(float (&x)[row_slots]) {
+#pragma unroll
+    for (int s = 0; s < row_slots; ++s) x[s] = detail::lane_allreduce<4, Op>(x[s]);
+  }
+  template <class Op> HK_INLINE static void finish_cols(float (&x)[col_slots]) {
+    __shared__ float part[1024 / WARP_THREADS][C];
+    const int w = warp_id(), l = lane_id(), w0 = w & ~3;
+#pragma unroll
+    for (int s = 0; s < col_slots; ++s)
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) x[s] = Op::apply(x[s], __shfl_xor_sync(0xffffffffu, x[s], m));
+    named_barrier(1 + w / 4, WARPGROUP_THREADS);   // the previous reduction's reads are done
+    if (l < 4)
+#pragma unroll
+      for (int s = 0; s < col_slots; ++s) part[w][8 * (s / 2) + 2 * l + s % 2] = x[s];
+    named_barrier(1 + w / 4, WARPGROUP_THREADS);
+#pragma unroll
+    for (int s = 0; s < col_slots; ++s) {
+      const int c = 8 * (s / 2) + 2 * (l % 4) + s % 2;
+      x[s] = Op::apply(Op::apply(part[w0][c], part[w0 + 1][c]), Op::apply(part[w0 + 2][c], part[w0 + 3][c]));
+    }
+  }
 };
 
 }  // namespace hk
