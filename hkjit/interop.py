@@ -248,9 +248,13 @@ def dense_host_copy(arr: Array, layout: str, pad_to: int = 1):
 
 
 def _span_bytes(shape, ld, layout, itemsize):
-    """Bytes from the first to one past the last element of a dense (padded) 1-D or 2-D layout."""
-    if len(shape) == 1:
-        return shape[0] * itemsize
+    """Bytes from the first to one past the last element of a dense (padded) 2-D layout, or of a
+    dense array of any other rank."""
+    if len(shape) != 2:
+        n = 1
+        for d in shape:
+            n *= d
+        return n * itemsize
     rows, cols = shape
     outer, inner = (cols, rows) if layout == "col" else (rows, cols)
     return ((outer - 1) * ld + inner) * itemsize
@@ -330,12 +334,12 @@ class DeviceStaging:
 
 
 # --- host staging for the shared launch path ----------------------------------------------------
-def dense_host_layout(arr: Array):
+def dense_host_layout(arr: Array, keep_layout: bool = False):
     """(keep-alive host array, pointer, bytes, strides) of a dense host copy of `arr` as the device
-    will see it: a 2-D array keeps its own layout (row- or column-major) with rows padded to 16
-    bytes, any other rank becomes contiguous. No copy when `arr` already is so."""
+    will see it: a 2-D array becomes row-major (or keeps a column-major layout, `keep_layout`) with
+    rows padded to 16 bytes, any other rank becomes contiguous. No copy when `arr` already is so."""
     if arr.ndim == 2:
-        col = arr.strides[0] == 1 and arr.strides[1] != 1 and min(arr.shape) > 1
+        col = keep_layout and arr.strides[0] == 1 and arr.strides[1] != 1 and min(arr.shape) > 1
         layout = "col" if col else "row"
         host, ptr, nbytes, ld = dense_host_copy(arr, layout, pad_to=max(1, 16 // arr.dtype.itemsize))
         return host, ptr, nbytes, ((1, ld) if col else (ld, 1))

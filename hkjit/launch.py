@@ -97,6 +97,7 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise InvalidArgumentError(f"{op.name}: tile override {name}={v!r}; tile overrides are ints "
                                        "(mfma takes a string such as '16x16x32')")
+    _check_scalars(op, scalars)
     options_dict = dict(options)
     described = tuple(None if v is None else interop.describe(v) for v in values)
     try:
@@ -231,7 +232,7 @@ def _call_staged(op, described, scalars, options, dev, compiler, tiles):
                 staged.append(None)
                 hosts.append(None)
                 continue
-            host, ptr, nbytes, strides = interop.dense_host_layout(a)
+            host, ptr, nbytes, strides = interop.dense_host_layout(a, op.stages_transposed)
             hosts.append((host, ptr, nbytes))
             staged.append(Array(stage.upload(ptr, nbytes), a.shape, strides, a.dtype, dev.kind, 0, "staged", None))
         launcher = _launcher(op, staged, options, dev, compiler, tiles)

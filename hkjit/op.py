@@ -114,6 +114,7 @@ class Op:
     shape_params: tuple = ()           # names of the shape params, in manifest order
     default_shape: dict = {}           # what `hkjit inspect` and cold-compile figures use
     tile_keywords: tuple = ()          # union over targets; each arch module rejects what it lacks
+    stages_transposed: bool = False    # host staging keeps a column-major 2-D array so (else row-major)
 
     def plan(self, target, **params) -> Plan:
         target = target if isinstance(target, Target) else parse_target(target)

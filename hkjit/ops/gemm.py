@@ -73,6 +73,7 @@ class GemmOp(Op):
     shape_params = ("m", "n", "k")
     default_shape = {"m": 8192, "n": 8192, "k": 8192}
     tile_keywords = tuple(dict.fromkeys(_hopper_gemm.TILES + _cdna_gemm.TILES))
+    stages_transposed = True           # transposed operands are read in place: stage them as they are
     array_names = ("a", "b", "out", "bias", "c")
     output_names = ("out",)
     scalar_names = ("alpha", "beta")
