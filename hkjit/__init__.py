@@ -12,7 +12,8 @@ from .errors import (BundleError, CacheError, CompileError, CompilerNotFoundErro
                      TargetError, UnsupportedArrayError)
 from .api import Built, build, inspect, reset_state, set_offline  # noqa: E402
 from .ops.gemm import gemm  # noqa: E402
+from .ops.rms_norm import rms_norm  # noqa: E402
 
-__all__ = ["gemm", "build", "Built", "inspect", "set_offline", "reset_state", "HKJitError", "InvalidArgumentError", "DTypeError",
+__all__ = ["gemm", "rms_norm", "build", "Built", "inspect", "set_offline", "reset_state", "HKJitError", "InvalidArgumentError", "DTypeError",
            "UnsupportedArrayError", "DeviceError", "TargetError", "CompilerNotFoundError", "CompileError",
            "CacheError", "OfflineMissError", "BundleError", "LaunchError", "__version__"]

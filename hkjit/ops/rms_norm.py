@@ -1,0 +1,234 @@
+"""hkjit.rms_norm: y = x * rsqrt(mean(x², last dim) + eps) * weight, fp32 math.
+
+Kernel: kernel_sources/rms_norm.cuh, one source for gfx942, gfx950 and sm_90a. Compile-time: the
+dtype, the vector width (from the arrays' alignment) and the schedule, which follows the row length:
+
+    chunks = ceil(hidden / vec)              vec-element pieces of a row (16 bytes each at best)
+    row_threads = chunks / CHUNKS_TARGET     threads sharing a row (a power of two), so each
+                                             thread holds about 4 pieces: 64 bytes in flight
+      < warp: several rows per warp (short rows: about 2 pieces a thread, 256-thread blocks)
+      = warp .. 1024: one row per warp or per group of warps; the row stays in registers
+                       (x read once) while chunks * vec <= 64 elements per thread
+    threads = max(128, row_threads) (256 for short rows); grid = one block per row block (H100: a
+    persistent grid of a few blocks per SM was 1-6% slower at every shape of the benchmark;
+    `blocks=` still asks for one, the kernel strides over row blocks).
+
+Run-time: the number of rows, the row length, the row strides, eps. Rows may be strided
+(elements contiguous within a row; leading dimensions must collapse to one row stride).
+"""
+
+import ctypes
+import functools
+
+from .. import launch, spec as spec_mod
+from ..dtypes import DTYPES, FLOAT_OUTPUTS
+from ..errors import DTypeError, InvalidArgumentError
+from ..op import Binding, Config, Op, Param, Plan, check_tiles
+from . import register
+
+SOURCE = "rms_norm.cuh"
+DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
+TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks")
+MAX_HIDDEN = 65536
+CHUNKS_TARGET = 4                   # vector pieces per thread and row: bytes in flight
+MAX_ELEMS = 64                      # elements a thread keeps in registers per row (2-byte dtypes;
+                                    # fp32 on NVIDIA: 32, as 1024-thread blocks get 64 registers)
+
+
+class Args(ctypes.Structure):
+    """Mirror of rms_norm<...>::args."""
+    _fields_ = [("x", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("x_row_stride", ctypes.c_longlong), ("y_row_stride", ctypes.c_longlong),
+                ("rows", ctypes.c_int), ("hidden", ctypes.c_int), ("eps", ctypes.c_float)]
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _pow2_at_least(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def configure(target, p, tiles) -> Config:
+    """The schedule for `p` (validated params) on `target`, with validated overrides."""
+    check_tiles(f"rms_norm ({target.arch})", tiles, TILES)
+    for name, v in tiles.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgumentError(f"rms_norm: {name}={v!r}; tile overrides are ints >= 1")
+    itemsize = DTYPES[p["dtype"]].itemsize
+    warp = target.wave_size
+    max_vec = max(1, min(16, p["align"]) // itemsize)
+    vec = tiles.get("vec", max_vec)
+    if vec not in (1, 2, 4, 8) or vec > max_vec:
+        raise InvalidArgumentError(f"rms_norm: vec={vec}; valid: powers of two up to {max_vec} for {p['dtype']} "
+                                   f"arrays aligned to {p['align']} bytes")
+    chunks_needed = _cdiv(p["hidden"], vec)
+    # Short rows (a row group narrower than a warp) do best with 2 pieces a thread and 256-thread
+    # blocks; longer rows with 4 pieces and a block as wide as the row group (H100 sweeps).
+    short = chunks_needed <= 2 * warp
+    per_thread = 2 if short else CHUNKS_TARGET
+    row_threads = tiles.get("row_threads", min(1024, _pow2_at_least(_cdiv(chunks_needed, per_thread))))
+    if row_threads > warp and row_threads % warp:
+        raise InvalidArgumentError(f"rms_norm: row_threads={row_threads}; a power of two up to {warp} or a "
+                                   f"multiple of the {warp}-thread warp/wave")
+    if row_threads <= warp and row_threads & (row_threads - 1):
+        raise InvalidArgumentError(f"rms_norm: row_threads={row_threads} must be a power of two when <= {warp}")
+    max_elems = MAX_ELEMS // 2 if itemsize == 4 and target.is_nvidia else MAX_ELEMS
+    default_chunks = min(_cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
+    chunks = tiles.get("chunks", default_chunks)
+    rows = tiles.get("group_rows", 1)
+    threads = tiles.get("threads", 256 if row_threads < warp else max(128, row_threads))
+    if threads % warp or threads > target.max_threads or threads % row_threads:
+        raise InvalidArgumentError(f"rms_norm: threads={threads}; whole {warp}-thread warps/waves, at most "
+                                   f"{target.max_threads}, a multiple of row_threads={row_threads}")
+    if vec * chunks * rows > 4 * MAX_ELEMS:
+        raise InvalidArgumentError(f"rms_norm: vec*chunks*group_rows = {vec * chunks * rows} elements per thread; at "
+                                   f"most {4 * MAX_ELEMS} (registers)")
+    rows_per_block = threads // row_threads * rows
+    row_blocks = _cdiv(p["rows"], rows_per_block)
+    blocks = tiles.get("blocks", row_blocks)
+    return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=rows,
+                  chunks=chunks, blocks=blocks, rows_per_block=rows_per_block)
+
+
+class RmsNormOp(Op):
+    name = "rms_norm"
+    params = (
+        Param("rows", "size", doc="rows (the product of x's leading dimensions)"),
+        Param("hidden", "size", doc="the normalised (last) dimension"),
+        Param("dtype", "dtype", "bfloat16", DTYPES_IN, "x, weight and the output"),
+        Param("align", "choice", 16, (2, 4, 8, 16), "byte alignment of the pointers and row strides"),
+    )
+    shape_params = ("rows", "hidden")
+    default_shape = {"rows": 16384, "hidden": 4096}
+    tile_keywords = TILES
+    array_names = ("x", "weight", "out")
+    output_names = ("out",)
+    scalar_names = ("eps",)
+
+    # --- `hkjit bench rms_norm` (hkjit/bench/memory_bound.py) ---------------------------------
+    def bench_cases(self, quick):
+        rows, hidden = ((16384, 65536), (128, 4096)) if quick else ((4096, 16384, 65536), (128, 1024, 4096, 8192))
+        return [dict(rows=r, hidden=h, dtype="bfloat16") for r in rows for h in hidden]
+
+    def bench_inputs(self, case, torch):
+        dt = getattr(torch, case["dtype"])
+        x = torch.randn(case["rows"], case["hidden"], device="cuda", dtype=dt)
+        w = torch.rand(case["hidden"], device="cuda", dtype=dt) + 0.5
+        return (x, w), {"eps": 1e-6}
+
+    def bench_peers(self, torch):
+        def eager(x, w, eps):
+            return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+
+        def written_out(x, w, eps):   # what a model writes; torch.compile fuses it into one kernel
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+        return {"torch eager": eager, "torch.compile": torch.compile(written_out, dynamic=False)}
+
+    def bench_bytes(self, case):
+        return (2 * case["rows"] + 1) * case["hidden"] * DTYPES[case["dtype"]].itemsize
+
+    def bench_tolerance(self, case):
+        return {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}[case["dtype"]]
+
+    def plan_for(self, target, p, tiles) -> Plan:
+        if p["hidden"] > MAX_HIDDEN:
+            raise InvalidArgumentError(f"rms_norm: hidden={p['hidden']}; at most {MAX_HIDDEN}")
+        if p["align"] < DTYPES[p["dtype"]].itemsize:
+            raise InvalidArgumentError(f"rms_norm: align={p['align']} is below the {p['dtype']} element size")
+        cfg = configure(target, p, tiles)
+        ttype = DTYPES[cfg["dtype"]].cpp
+        kernel_type = (f"rms_norm<{ttype}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
+                       f"{cfg['group_rows']}, {cfg['chunks']}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks")}
+        spec = spec_mod.Specialization("rms_norm", target, SOURCE, kernel_type, "hkjit_rms_norm",
+                                       spec_mod.make_params(params), (("threads", cfg["threads"]),
+                                                                      ("dynamic_smem", 0)))
+        return Plan(spec, cfg, cfg["threads"], 0, (cfg["blocks"], 1, 1), Args, functools.partial(_fill, cfg))
+
+    def bind(self, arrays, options, device) -> Binding:
+        X, W, O = arrays["x"], arrays["weight"], arrays["out"]
+        if X.ndim < 1 or 0 in X.shape:
+            raise InvalidArgumentError(f"rms_norm: x must have at least one element, got shape {X.shape}")
+        dtype = X.dtype.name
+        if dtype not in DTYPES_IN:
+            raise DTypeError(f"rms_norm: x has dtype {dtype}; it must be one of {', '.join(DTYPES_IN)}")
+        hidden = X.shape[-1]
+        rows, x_stride = _rows("x", X)
+        if W.shape != (hidden,) or (hidden > 1 and W.strides[0] != 1):
+            raise InvalidArgumentError(f"rms_norm: weight must be a contiguous ({hidden},) vector, got shape "
+                                       f"{W.shape} strides {W.strides}")
+        if W.dtype.name != dtype:
+            raise DTypeError(f"rms_norm: weight has dtype {W.dtype.name} but x has {dtype}; convert one")
+        if O is not None:
+            if O.shape != X.shape:
+                raise InvalidArgumentError(f"rms_norm: out has shape {O.shape}; it must be x's, {X.shape}")
+            if O.dtype.name != dtype:
+                raise DTypeError(f"rms_norm: out has dtype {O.dtype.name}; it must be x's, {dtype}")
+            y_stride = _rows("out", O)[1]
+        else:
+            y_stride = hidden
+        if hidden > MAX_HIDDEN:
+            raise InvalidArgumentError(f"rms_norm: hidden size {hidden} (x's last dimension); at most {MAX_HIDDEN}")
+        if device is None:
+            return None
+        itemsize = X.dtype.itemsize
+        align = 16
+        for ptr, stride in ((X.ptr, x_stride), (O.ptr if O is not None else 0, y_stride), (W.ptr, 0)):
+            x = ptr | (stride * itemsize if rows > 1 else 0)
+            align = min(align, x & -x) if x else align
+        request = dict(rows=rows, hidden=hidden, dtype=dtype, align=max(align, itemsize))
+
+        def args(ptrs, scalars):
+            eps = float(scalars[0])
+            if eps < 0:
+                raise InvalidArgumentError(f"rms_norm: eps={eps}; it must be >= 0")
+            return dict(x=ptrs["x"], weight=ptrs["weight"], y=ptrs["out"], x_row_stride=x_stride,
+                        y_row_stride=y_stride, rows=rows, hidden=hidden, eps=eps)
+        outputs = {} if O is not None else {"out": (X.shape, X.dtype)}
+        return Binding(request, outputs, args)
+
+
+def _rows(name, arr):
+    """(rows, row stride) of an array read as rows of its last dimension, or a clear refusal."""
+    shape, strides = arr.shape, arr.strides
+    if shape[-1] > 1 and strides[-1] != 1:
+        raise InvalidArgumentError(f"rms_norm: {name}'s last dimension is strided ({strides[-1]} elements); "
+                                   f"rows must be contiguous: pass {name}.contiguous()")
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    lead = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n > 1]
+    row_stride = lead[-1][1] if lead else shape[-1]
+    for (n_outer, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):
+        if s_outer != s_inner * n_inner:
+            raise InvalidArgumentError(
+                f"rms_norm: {name} with shape {shape} and strides {strides} does not collapse to rows of one "
+                f"stride; pass {name}.contiguous() or a 2-D view")
+    if row_stride < shape[-1] and rows > 1:
+        raise InvalidArgumentError(f"rms_norm: {name}'s rows overlap (row stride {row_stride} < {shape[-1]})")
+    if rows >= 2 ** 31:
+        raise InvalidArgumentError(f"rms_norm: {rows} rows; at most 2**31 - 1")
+    return rows, row_stride
+
+
+def _fill(cfg, *, x, weight, y, x_row_stride, y_row_stride, rows, hidden, eps, workspace=0) -> Args:
+    return Args(x, weight, y, x_row_stride, y_row_stride, rows, hidden, eps)
+
+
+RMS_NORM = register(RmsNormOp())
+
+
+def rms_norm(x, weight, eps=1e-6, *, out=None, device=None, compiler=None, **tile_overrides):
+    """RMSNorm over the last dimension: x * rsqrt(mean(x², -1) + eps) * weight, computed in fp32.
+
+    x: (..., hidden) bf16 / fp16 / fp32, rows contiguous (a row stride is allowed); weight:
+    (hidden,) of x's dtype; hidden up to 65536. out: optional array of x's shape and dtype (may be
+    x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks.
+    """
+    return launch.call(RMS_NORM, (x, weight, out), (eps,), (), device, compiler, tile_overrides)

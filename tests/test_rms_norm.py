@@ -1,0 +1,165 @@
+"""hkjit.rms_norm through the op layer: every dtype, ragged and strided shapes, in place, on both
+simulated CDNA targets (CI) and on a Hopper GPU (skipped without one); bad input refused before
+anything compiles; static figures on every target."""
+import numpy as np
+import pytest
+
+import hkjit
+from hkjit import interop, jit
+from hkjit.errors import DTypeError, InvalidArgumentError
+
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+rng = np.random.default_rng()
+NP = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+TOL = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}
+
+
+def reference(x, w, eps):
+    x64 = np.asarray(x, np.float64)
+    return x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + eps) * np.asarray(w, np.float64)
+
+
+def rel_err(got, ref):
+    got = np.asarray(got, np.float64)
+    assert np.isfinite(got).all(), "an element was never written"
+    return np.linalg.norm(got - ref) / np.linalg.norm(ref)
+
+
+def inputs(shape, dtype):
+    x = (rng.standard_normal(shape) * rng.uniform(0.5, 3)).astype(NP[dtype])
+    w = (rng.random(shape[-1]) + 0.5).astype(NP[dtype])
+    return x, w
+
+
+# (shape, dtype) at small ragged sizes: one row, one column, tails of every vector width, several
+# leading dimensions, a row longer than one thread group holds.
+SIM_CASES = [((1, 1), "float32"), ((3, 129), "bfloat16"), ((5, 1000), "float16"), ((2, 3, 77), "bfloat16"),
+             ((4, 4100), "float32"), ((2, 7), "float16"), ((17, 64), "bfloat16")]
+
+
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("shape,dtype", SIM_CASES)
+def test_simulated(cache_dir, arch, shape, dtype):
+    x, w = inputs(shape, dtype)
+    eps = float(rng.uniform(1e-6, 1e-3))
+    out = np.full(shape, np.nan, NP[dtype])
+    got = hkjit.rms_norm(x, w, eps, out=out, device=f"sim:{arch}")
+    assert got is out
+    assert rel_err(out, reference(x, w, eps)) < TOL[dtype]
+
+
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_simulated_host_layouts_are_staged(cache_dir, arch):
+    """Host arrays of any layout (strided last dimension, permuted dimensions) are staged as
+    dense copies: the result is right and lands in the caller's view."""
+    x = inputs((6, 40), "float32")[0][:, ::2]
+    w = inputs((20,), "float32")[1]
+    out = np.full((20, 6), np.nan, np.float32).T
+    hkjit.rms_norm(x, w, 1e-5, out=out, device=f"sim:{arch}")
+    assert rel_err(out, reference(x, w, 1e-5)) < TOL["float32"]
+
+
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_simulated_strided_rows_in_place_and_allocated(cache_dir, arch):
+    wide = inputs((6, 300), "bfloat16")[0]
+    x = wide[:, 10:211]                        # rows 300 apart, 201 long, misaligned base
+    w = inputs((201,), "bfloat16")[1]
+    ref = reference(x, w, 1e-5)
+    assert rel_err(hkjit.rms_norm(x, w, 1e-5, device=f"sim:{arch}"), ref) < TOL["bfloat16"]
+    y = np.array(x)                           # in place: out is x
+    hkjit.rms_norm(y, w, 1e-5, out=y, device=f"sim:{arch}")
+    assert rel_err(y, ref) < TOL["bfloat16"]
+
+
+def test_bad_input_is_refused_before_compiling(monkeypatch):
+    def forbidden(*a, **k):
+        raise AssertionError("bad input reached the compile stage")
+    monkeypatch.setattr(jit, "load_spec", forbidden)
+    monkeypatch.setattr(jit, "build_spec", forbidden)
+    x, w = inputs((4, 8), "float16")
+    with pytest.raises(InvalidArgumentError, match="contiguous \\(8,\\) vector"):
+        hkjit.rms_norm(x, w[:4], device="sim:gfx950")
+    with pytest.raises(DTypeError, match="weight has dtype float32"):
+        hkjit.rms_norm(x, w.astype(np.float32), device="sim:gfx950")
+    with pytest.raises(DTypeError, match="x has dtype int32"):
+        hkjit.rms_norm(x.astype(np.int32), w, device="sim:gfx950")
+    with pytest.raises(InvalidArgumentError, match="at most 65536"):
+        hkjit.rms_norm(np.ones((1, 65537), np.float16), np.ones(65537, np.float16), device="sim:gfx950")
+    # Device arrays are read in place, so their layout is checked (host arrays are staged as
+    # dense copies first): the op's binding refuses what the kernel cannot read.
+    op = hkjit.ops.get("rms_norm")
+
+    def bind(xv):
+        return op.bind({"x": interop.describe(xv), "weight": interop.describe(w), "out": None}, {}, None)
+    with pytest.raises(InvalidArgumentError, match="last dimension is strided"):
+        bind(inputs((4, 16), "float16")[0][:, ::2])
+    with pytest.raises(InvalidArgumentError, match="does not collapse"):
+        bind(inputs((4, 6, 8), "float16")[0].transpose(1, 0, 2))
+    assert bind(inputs((5, 4, 20), "float16")[0][:, :, 3:11]) is None   # rows 20 apart: accepted
+    with pytest.raises(InvalidArgumentError, match="out has shape"):
+        hkjit.rms_norm(x, w, out=np.empty((4, 9), np.float16), device="sim:gfx950")
+    with pytest.raises(InvalidArgumentError, match="eps="):
+        hkjit.rms_norm(x, w, "tiny", device="sim:gfx950")
+    with pytest.raises(InvalidArgumentError, match="unknown keyword"):
+        hkjit.build("rms_norm", target="gfx950", rows=4, hidden=8, block_m=64)
+    with pytest.raises(InvalidArgumentError, match="vec=8"):
+        hkjit.build("rms_norm", target="gfx950", rows=4, hidden=8, dtype="float32", vec=8)
+
+
+@needs_clang
+def test_negative_eps_is_refused(cache_dir):
+    x, w = inputs((4, 8), "float16")
+    with pytest.raises(InvalidArgumentError, match="eps=-1.0"):
+        hkjit.rms_norm(x, w, -1.0, device="sim:gfx950")
+
+
+@pytest.mark.parametrize("target", [pytest.param("gfx942", marks=needs_clang), pytest.param("gfx950", marks=needs_clang),
+                                    pytest.param("sm_90a", marks=needs_nvrtc)])
+@pytest.mark.parametrize("hidden", [128, 4096, 65536])
+def test_static_figures(cache_dir, target, hidden):
+    report = hkjit.inspect("rms_norm", target, rows=16384, hidden=hidden)
+    assert report["spills"] == 0 and report["params"]["vec"] == 8     # bf16, 16-byte aligned: 16-byte pieces
+    mix = report.get("instruction_mix")
+    if target != "sm_90a" and mix:                                    # (llvm-objdump present)
+        assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
+
+
+# --- on the GPU --------------------------------------------------------------------------------
+GPU_CASES = [((1, 1), "float32"), ((3, 129), "bfloat16"), ((4097, 5000), "bfloat16"), ((2, 65536), "float16"),
+             ((16, 8192), "float32"), ((3, 5, 1024), "float16"), ((65, 4096), "bfloat16")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("shape,dtype", GPU_CASES)
+def test_gpu(shape, dtype):
+    import torch
+    dt = getattr(torch, dtype)
+    x = torch.randn(shape, device="cuda", dtype=dt) * 2
+    w = torch.rand(shape[-1], device="cuda", dtype=dt) + 0.5
+    out = torch.full(shape, float("nan"), device="cuda", dtype=dt)
+    hkjit.rms_norm(x, w, 1e-5, out=out)
+    ref = torch.nn.functional.rms_norm(x.float(), (shape[-1],), w.float(), 1e-5)
+    assert torch.isfinite(out).all()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < TOL[dtype]
+    again = hkjit.rms_norm(x, w, 1e-5)          # allocating, through the repeat path
+    assert torch.equal(again, out)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+def test_gpu_strided_rows_and_numpy_inputs():
+    import torch
+    wide = torch.randn(64, 3000, device="cuda", dtype=torch.bfloat16)
+    x = wide[:, 5:2053]
+    w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+    ref = torch.nn.functional.rms_norm(x.float(), (2048,), w.float(), 1e-6)
+    got = hkjit.rms_norm(x, w)
+    assert ((got.float() - ref).norm() / ref.norm()).item() < 1e-2
+    xn, wn = inputs((33, 1000), "float32")
+    assert rel_err(hkjit.rms_norm(xn, wn, device="cuda:0"), reference(xn, wn, 1e-6)) < 1e-5
