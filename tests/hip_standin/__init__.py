@@ -25,8 +25,9 @@ LIBRARIES = {"libamdhip64.so": "amdhip64.c", "libhiprtc.so": "hiprtc.c"}
 
 
 def c_compiler():
-    """Path of a C compiler (CC, else cc, gcc, clang), or None."""
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    """Path of a C compiler: CC, else cc, gcc, or clang-22 (which CI installs for the AMD code
+    objects; Debian's clang-22 brings the C library headers and binutils), else clang."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang-22", "clang"):
         path = name and shutil.which(name)
         if path:
             return path

@@ -37,12 +37,8 @@ def _say(message):
 
 def hip_version():
     """(major, minor, patch) of the HIP that the installed hip-python was generated from."""
-    try:
-        from rocm.version import HIP_VERSION_TUPLE as v        # hip-python >= 10 (rocm.bindings)
-        return tuple(int(x) for x in v[:3])
-    except ImportError:
-        import hip                                           # hip-python 6.x / 7.x: version = ROCm's
-        return tuple(int(x) for x in hip.__version__.split(".")[:3])
+    import hip
+    return tuple(int(x) for x in hip.HIP_VERSION_TUPLE[:3])
 
 
 def hiprtc_options():
