@@ -392,8 +392,12 @@ def case_launch_failures():
     stream = (_ok(hip.hipSetDevice(0)), _ok(hip.hipStreamCreate()))[1]
     with pytest.raises(LaunchError, match="invalid resource handle"):
         kernel.launch((1, 1, 1), (256, 1, 1), 0, Args(buf), other)
+    start, stop = _ok(hip.hipEventCreate()), _ok(hip.hipEventCreate())   # events bracket the launch
+    _ok(hip.hipEventRecord(start, stream))
     kernel.launch((1, 1, 1), (256, 1, 1), 0, Args(buf), stream)
+    _ok(hip.hipEventRecord(stop, stream))
     dev.synchronize(stream)
+    assert _ok(hip.hipEventElapsedTime(start, stop)) > 0
     host = np.zeros(256, np.float32)
     dev.copy_out(host.ctypes.data, buf, host.nbytes)
     assert (host == 2.0).all()
