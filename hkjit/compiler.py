@@ -225,7 +225,7 @@ class NvrtcCompiler(Compiler):
 
 
 class HiprtcCompiler(Compiler):
-    """hiprtc through hip-python (ROCm machines only; never executed in hkjit's CI)."""
+    """hiprtc through hip-python (ROCm machines; in CI, against the stand-in in tests/hip_standin)."""
     name, vendor = "hiprtc", "amd"
 
     def __init__(self):
@@ -236,14 +236,16 @@ class HiprtcCompiler(Compiler):
     def _check(self, result, what, program=None, source_path=None, cmd=None):
         err, *rest = result if isinstance(result, tuple) else (result,)
         if err != self._hiprtc.hiprtcResult.HIPRTC_SUCCESS:
-            log = ""
-            if program is not None:
-                n = self._hiprtc.hiprtcGetProgramLogSize(program)[1]
-                buf = bytearray(n)
-                self._hiprtc.hiprtcGetProgramLog(program, buf)
-                log = bytes(buf).rstrip(b"\0").decode(errors="replace")
-            raise CompileError(f"hiprtc {what} failed: {err}", log=log, command=cmd, source_path=source_path)
+            log = self._log(program) if program is not None else ""
+            raise CompileError(f"hiprtc {what} failed: {getattr(err, 'name', err)}", log=log, command=cmd,
+                               source_path=source_path)
         return rest[0] if len(rest) == 1 else rest
+
+    def _log(self, program) -> str:
+        n = self._hiprtc.hiprtcGetProgramLogSize(program)[1]
+        buf = bytearray(max(n, 1))
+        self._hiprtc.hiprtcGetProgramLog(program, buf)
+        return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
     def version(self):
         major, minor = self._check(self._hiprtc.hiprtcVersion(), "hiprtcVersion")
@@ -267,13 +269,15 @@ class HiprtcCompiler(Compiler):
         try:
             self._check(rtc.hiprtcCompileProgram(prog, len(opts), [o.encode() for o in opts]), "compilation",
                         program=prog, source_path=source_path, cmd=cmd)
+            log = self._log(prog)
             size = self._check(rtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize")
             buf = bytearray(size)
             self._check(rtc.hiprtcGetCode(prog, buf), "hiprtcGetCode")
         finally:
-            rtc.hiprtcDestroyProgram(prog)
+            # hiprtcDestroyProgram takes a hiprtcProgram*: the address of the handle, not the handle
+            rtc.hiprtcDestroyProgram(prog.createRef())
         code = bytes(buf)
-        return CompileResult(code, "", self.static_info(code, "", kernel))
+        return CompileResult(code, log, self.static_info(code, log, kernel))
 
 
 def _clang_major(path: str) -> int:

@@ -1,9 +1,13 @@
 """AMD backend: hip-python (ROCm, Linux only).
 
-Written against hip-python's documented API and kept thin on purpose: no AMD GPU exists where
-hkjit is developed, so this file has never been executed on AMD hardware. Everything it relies
-on above the driver calls (specialisation, compilation, cache, argument packing) is shared with
-the CUDA and simulator paths, which are tested.
+Supported: hip-python 7.2 (ROCm 7.2) and 10.0 (ROCm 10, HIP 7.15), the `rocm` extra's range. Both
+are exercised by tests/test_rocm_path.py against tests/hip_standin: stand-ins for libamdhip64.so
+and libhiprtc.so with ROCm's ABI, served by hkjit's CDNA simulator. This file has not run on AMD
+hardware.
+
+Every call that needs a device makes it current for the call and gives the caller's current
+device back afterwards, as torch and CuPy do: code objects belong to the device they were loaded
+on, and the null stream is the current device's.
 """
 
 import ctypes
@@ -13,36 +17,73 @@ from ..errors import DeviceError, InvalidImageError, LaunchError
 from .. import targets
 
 _hip = None
-_tls = threading.local()
+_SUCCESS = None
+_lock = threading.Lock()
 # hip_runtime_api.h: HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 0x01, 0x02, 0x03
 
 
 def _runtime():
-    global _hip
+    global _hip, _SUCCESS
     if _hip is None:
-        try:
-            from hip import hip
-        except ImportError as e:
-            raise DeviceError("the ROCm backend needs hip-python: pip install 'hkjit[rocm]'") from e
-        _hip = hip
+        with _lock:
+            if _hip is None:
+                try:
+                    from hip import hip
+                except ImportError as e:
+                    raise DeviceError("the ROCm backend needs hip-python: pip install 'hkjit[rocm]'") from e
+                # hip-python opens libamdhip64.so at its first call, not at import.
+                try:
+                    hip.hipGetDeviceCount()
+                except RuntimeError as e:
+                    raise DeviceError(f"hip-python is installed but the HIP runtime is not ({e}); install ROCm, "
+                                      "or point ROCM_PATH (hip-python >= 10) or LD_LIBRARY_PATH at its lib folder"
+                                      ) from None
+                _SUCCESS = hip.hipError_t.hipSuccess
+                _hip = hip
     return _hip
+
+
+def _text(s) -> str:
+    return "" if s is None else s.decode() if hasattr(s, "decode") else str(s)
+
+
+_HINTS = {"hipErrorOutOfMemory": "; the device is out of memory: free arrays or use smaller shapes",
+          "hipErrorNoBinaryForGpu": "; the code object was built for another chip"}
 
 
 def _check(result, what, error=DeviceError):
     result = result if isinstance(result, tuple) else (result,)
     err = result[0]
-    if err != _hip.hipError_t.hipSuccess:
-        raise error(f"{what} failed: {getattr(err, 'name', err)}")
+    if err != _SUCCESS:
+        name = getattr(err, "name", str(err))
+        text = _text(_hip.hipGetErrorString(err)[1])
+        raise error(f"{what} failed: {name} ({text}){_HINTS.get(name, '')}")
     return result[1] if len(result) == 2 else result[1:]
+
+
+def _count(hip) -> int:
+    err, n = hip.hipGetDeviceCount()
+    if err == hip.hipError_t.hipErrorNoDevice:
+        return 0
+    return _check((err, n), "hipGetDeviceCount")
 
 
 def device_count() -> int:
     try:
-        hip = _runtime()
-        return _check(hip.hipGetDeviceCount(), "hipGetDeviceCount")
+        return _count(_runtime())
     except DeviceError:
         return 0
+
+
+def _properties(hip, index):
+    """hipGetDeviceProperties: hip-python >= 10 returns the struct, 7.x fills one it is given."""
+    try:
+        return _check(hip.hipGetDeviceProperties(index), "hipGetDeviceProperties")
+    except TypeError:
+        props = hip.hipDeviceProp_t()
+        _check(hip.hipGetDeviceProperties(props, index), "hipGetDeviceProperties")
+        return props
 
 
 class Kernel:
@@ -61,9 +102,15 @@ class Kernel:
         return (args, size, extra, ctypes.addressof(extra))
 
     def launch_packed(self, grid, block, smem, packed, stream=0):
-        self.device.make_current()
-        _check(_hip.hipModuleLaunchKernel(self.function, *grid, *block, smem, stream, None, packed[3]),
-               f"launch of {self.name} (grid {grid}, block {block})", LaunchError)
+        dev = self.device
+        caller = dev.enter()
+        try:
+            err, = _hip.hipModuleLaunchKernel(self.function, *grid, *block, smem, stream, None, packed[3])
+        finally:
+            dev.leave(caller)
+        if err != _SUCCESS:
+            _check((err,), f"launch of {self.name} on rocm:{dev.index} (grid {grid}, block {block}, {smem} B LDS)",
+                   LaunchError)
 
     def launch(self, grid, block, smem, args, stream=0):
         self.launch_packed(grid, block, smem, self.pack(args), stream)
@@ -74,44 +121,75 @@ class HipDevice:
 
     def __init__(self, index: int):
         hip = _runtime()
-        n = device_count()
+        n = _count(hip)
         if not 0 <= index < n:
             raise DeviceError(f"ROCm device {index} does not exist ({n} present)")
         self.index = index
-        props = hip.hipDeviceProp_t()
-        _check(hip.hipGetDeviceProperties(props, index), "hipGetDeviceProperties")
-        self.name = props.name.decode() if isinstance(props.name, bytes) else str(props.name)
-        arch = props.gcnArchName
-        self.arch_name = arch.decode() if isinstance(arch, bytes) else str(arch)
+        props = _properties(hip, index)
+        self.name = _text(props.name)
+        self.arch_name = _text(props.gcnArchName)
         self.multiprocessors = props.multiProcessorCount
         self.target = targets.from_gcn_arch_name(self.arch_name)
 
     def __repr__(self):
         return f"rocm:{self.index} ({self.name}, {self.arch_name})"
 
-    def make_current(self):
-        if getattr(_tls, "device", None) != self.index:
+    def enter(self) -> int:
+        """Make this device current; returns the caller's current device, for `leave`."""
+        caller = _check(_hip.hipGetDevice(), "hipGetDevice")
+        if caller != self.index:
             _check(_hip.hipSetDevice(self.index), "hipSetDevice")
-            _tls.device = self.index
+        return caller
+
+    def leave(self, caller: int):
+        if caller != self.index:
+            _check(_hip.hipSetDevice(caller), "hipSetDevice")
 
     def load(self, code: bytes, name: str, dynamic_smem: int = 0) -> Kernel:
-        self.make_current()
-        module = _check(_hip.hipModuleLoadData(code), f"loading the code object of {name}", InvalidImageError)
-        function = _check(_hip.hipModuleGetFunction(module, name.encode()), f"finding {name}", InvalidImageError)
+        caller = self.enter()
+        try:
+            module = _check(_hip.hipModuleLoadData(code), f"loading the code object of {name} on {self!r}",
+                            InvalidImageError)
+            function = _check(_hip.hipModuleGetFunction(module, name.encode()), f"finding {name} in its code object",
+                              InvalidImageError)
+        finally:
+            self.leave(caller)
         return Kernel(self, module, function, name)
 
     def alloc(self, nbytes: int) -> int:
-        self.make_current()
-        return int(_check(_hip.hipMalloc(max(nbytes, 1)), f"allocating {nbytes} bytes"))
+        caller = self.enter()
+        try:
+            return int(_check(_hip.hipMalloc(max(nbytes, 1)), f"allocating {nbytes} bytes on {self!r}"))
+        finally:
+            self.leave(caller)
 
     def free(self, ptr: int):
-        _check(_hip.hipFree(ptr), "hipFree")
+        caller = self.enter()
+        try:
+            _check(_hip.hipFree(ptr), "hipFree")
+        finally:
+            self.leave(caller)
 
     def copy_in(self, ptr: int, host_ptr: int, nbytes: int):
-        _check(_hip.hipMemcpy(ptr, host_ptr, nbytes, _hip.hipMemcpyKind.hipMemcpyHostToDevice), "copy to device")
+        caller = self.enter()
+        try:
+            _check(_hip.hipMemcpy(ptr, host_ptr, nbytes, _hip.hipMemcpyKind.hipMemcpyHostToDevice),
+                   f"copy to {self!r}")
+        finally:
+            self.leave(caller)
 
     def copy_out(self, host_ptr: int, ptr: int, nbytes: int):
-        _check(_hip.hipMemcpy(host_ptr, ptr, nbytes, _hip.hipMemcpyKind.hipMemcpyDeviceToHost), "copy from device")
+        caller = self.enter()
+        try:
+            _check(_hip.hipMemcpy(host_ptr, ptr, nbytes, _hip.hipMemcpyKind.hipMemcpyDeviceToHost),
+                   f"copy from {self!r}")
+        finally:
+            self.leave(caller)
 
     def synchronize(self, stream=0):
-        _check(_hip.hipStreamSynchronize(stream), "hipStreamSynchronize")
+        """Wait for the stream; a kernel that failed since the last wait raises LaunchError here."""
+        caller = self.enter()
+        try:
+            _check(_hip.hipStreamSynchronize(stream), f"a kernel launched earlier on {self!r}", LaunchError)
+        finally:
+            self.leave(caller)
