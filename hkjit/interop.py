@@ -35,6 +35,11 @@ class Array:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def caller_object(self):
+        """The object the caller passed (for DLPack reads `obj` also holds the capsule)."""
+        return self.obj[0] if self.framework == "dlpack" else self.obj
+
 
 _dtype_memo: dict = {}
 
@@ -213,7 +218,9 @@ def empty(template: Array, shape, dt: DType):
         import numpy as np
         return np.empty(shape, dtype=numpy_dtype(dt))
     torch = sys.modules.get("torch")
-    if torch is not None and template.device in ("cuda", "rocm"):
+    gpu_torch = torch is not None and torch.cuda.is_available() and (
+        bool(getattr(torch.version, "hip", None)) == (template.device == "rocm"))
+    if gpu_torch and template.device in ("cuda", "rocm"):
         return torch.empty(shape, dtype=getattr(torch, dt.name), device=f"cuda:{template.index}")
     raise UnsupportedArrayError(f"hkjit cannot allocate a result for {type(template.obj[0]).__name__} arrays; "
                                 "pass out= (any DLPack array) to receive the result")

@@ -113,7 +113,7 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
     binding = launcher.binding
     if binding.aligned_copies:
         return _call_aligned(op, described, binding, scalars, options, compiler, tiles)
-    objs = dict(zip(op.array_names, (a.obj if a is not None else None for a in described)))
+    objs = dict(zip(op.array_names, (a.caller_object if a is not None else None for a in described)))
     ptrs = []
     for name, a in zip(op.array_names, described):
         if a is None and name in binding.outputs:
@@ -195,7 +195,7 @@ def _call_aligned(op, described, binding, scalars, options, compiler, tiles):
                     "pass contiguous arrays whose rows are a multiple of 16 bytes")
             arrays[name] = interop.aligned_copy(a)
         else:
-            arrays[name] = a.obj if a is not None else None
+            arrays[name] = a.caller_object if a is not None else None
     return call(op, tuple(arrays.values()), scalars, options, None, compiler, tiles)
 
 
@@ -249,7 +249,7 @@ def _call_staged(op, described, scalars, options, dev, compiler, tiles):
                 objs[name] = obj
                 downloads.append((host_ptr, staged[i].ptr, nbytes, None))
             else:
-                objs[name] = a.obj if a is not None else None
+                objs[name] = a.caller_object if a is not None else None
                 if a is not None and name in op.output_names:
                     host, host_ptr, nbytes = hosts[i]
                     downloads.append((host_ptr, staged[i].ptr, nbytes, (a, host)))

@@ -82,9 +82,10 @@ def configure(target, p, tiles) -> Config:
     chunks = tiles.get("chunks", default_chunks)
     rows = tiles.get("group_rows", 1)
     threads = tiles.get("threads", 256 if row_threads < warp else max(128, row_threads))
-    if threads % warp or threads > target.max_threads or threads % row_threads:
-        raise InvalidArgumentError(f"rms_norm: threads={threads}; whole {warp}-thread warps/waves, at most "
-                                   f"{target.max_threads}, a multiple of row_threads={row_threads}")
+    if threads % 64 or threads > target.max_threads or threads % row_threads:
+        raise InvalidArgumentError(f"rms_norm: threads={threads}; a multiple of 64 (whole AMD waves, whole "
+                                   f"NVIDIA warps), at most {target.max_threads}, a multiple of "
+                                   f"row_threads={row_threads}")
     if vec * chunks * rows > 4 * MAX_ELEMS:
         raise InvalidArgumentError(f"rms_norm: vec*chunks*group_rows = {vec * chunks * rows} elements per thread; at "
                                    f"most {4 * MAX_ELEMS} (registers)")
