@@ -125,3 +125,36 @@ def test_inspect_through_the_registry(cache_dir, capsys):
     assert "gemm on gfx942" in capsys.readouterr().out
     assert cli.main(["inspect", "gemm", "--arch", "gfx942", "--shape", "a,b,c"]) == 2
     assert "give M,N,K" in capsys.readouterr().err
+
+
+@needs_clang
+@needs_nvrtc
+def test_precompile_manifest_with_every_op_serves_them_offline(tmp_path, cache_dir):
+    """One manifest naming gemm and rms_norm (shapes written positionally: the registry names the
+    shape parameters), precompiled for all three targets by the CLI, then resolved in a fresh
+    process in offline mode from the bundle alone."""
+    import json
+    import os
+    import subprocess
+    import sys
+    manifest = tmp_path / "fleet.toml"
+    manifest.write_text('version = 1\n'
+                        'kernels = [\n'
+                        '  { op = "gemm", shapes = [[256, 256, 256]], dtype = "bfloat16" },\n'
+                        '  { op = "rms_norm", shapes = [[4096, 4096], [64, 128]], dtype = "float16" },\n'
+                        ']\n')
+    bundle = tmp_path / "bundle"
+    assert cli.main(["precompile", "--shapes", str(manifest), "--arch", "gfx942,gfx950,sm_90a", "-o", str(bundle),
+                     "-j", "2", "--no-progress"]) == 0
+    env = dict(os.environ, HKJIT_OFFLINE="1", HKJIT_BUNDLE_PATH=str(bundle), HKJIT_CACHE_DIR=str(tmp_path / "fresh"))
+    env.pop("HKJIT_RECORD", None)
+    child = ("import json, hkjit\n"
+             "out = []\n"
+             "for t in ('gfx942', 'gfx950', 'sm_90a'):\n"
+             "    out.append(hkjit.build('gemm', target=t, m=256, n=256, k=256).compiled)\n"
+             "    for rows, hidden in ((4096, 4096), (64, 128)):\n"
+             "        out.append(hkjit.build('rms_norm', target=t, rows=rows, hidden=hidden, dtype='float16').compiled)\n"
+             "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False] * 9
