@@ -3,17 +3,42 @@
     import hkjit
     c = hkjit.gemm(a, b)                      # torch / CuPy / JAX / NumPy arrays
     built = hkjit.build("gemm", target="gfx950", m=4096, n=4096, k=4096)
+
+`import hkjit` loads only the error types: an op, the API and every submodule are imported on
+first use (PEP 562), so a program pays for what it calls.
 """
 
-from ._version import __version__
+import importlib
 
-from .errors import (BundleError, CacheError, CompileError, CompilerNotFoundError, DeviceError,  # noqa: E402
+from ._version import __version__
+from .errors import (BundleError, CacheError, CompileError, CompilerNotFoundError, DeviceError,
                      DTypeError, HKJitError, InvalidArgumentError, LaunchError, OfflineMissError,
                      TargetError, UnsupportedArrayError)
-from .api import Built, build, inspect, reset_state, set_offline  # noqa: E402
-from .ops.gemm import gemm  # noqa: E402
-from .ops.rms_norm import rms_norm  # noqa: E402
 
-__all__ = ["gemm", "rms_norm", "build", "Built", "inspect", "set_offline", "reset_state", "HKJitError", "InvalidArgumentError", "DTypeError",
-           "UnsupportedArrayError", "DeviceError", "TargetError", "CompilerNotFoundError", "CompileError",
-           "CacheError", "OfflineMissError", "BundleError", "LaunchError", "__version__"]
+# Public name -> the module that defines it (imported on first use).
+_EXPORTS = {
+    "build": "api", "Built": "api", "inspect": "api", "reset_state": "api", "set_offline": "api",
+    "gemm": "ops.gemm",
+    "rms_norm": "ops.rms_norm",
+}
+
+__all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",
+                              "DeviceError", "TargetError", "CompilerNotFoundError", "CompileError", "CacheError",
+                              "OfflineMissError", "BundleError", "LaunchError", "__version__"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    try:
+        value = (getattr(importlib.import_module(f"{__name__}.{module}"), name) if module
+                 else importlib.import_module(f"{__name__}.{name}"))      # a submodule: hkjit.api, ...
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module 'hkjit' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
