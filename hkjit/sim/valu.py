@@ -6,29 +6,14 @@ import contextlib
 import numpy as np
 
 from . import fp
-from .decode import VOP3_VOP1_BASE, VOP3_VOP2_BASE
-from .state import VCC, EXEC, pack_mask, unpack_mask
+from .state import VCC, EXEC, pack_mask
 
 U16, U32, U64, I16, I32, I64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
-SIGN = {"f32": U32(0x80000000), "f16": U16(0x8000), "f64": U64(1 << 63)}
-ABS = {"f32": U32(0x7FFFFFFF), "f16": U16(0x7FFF), "f64": U64((1 << 63) - 1)}
 VIEW = {"u32": U32, "i32": I32, "f32": F32, "b32": U32, "u16": U16, "i16": I16, "f16": F16, "b16": U16,
         "u64": U64, "i64": I64, "f64": F64, "b64": U64}
 WIDTH = {k: (16 if k[1:] == "16" else 64 if k[1:] == "64" else 32) for k in VIEW}
 errstate = contextlib.nullcontext()   # floating-point warnings are silenced for a whole launch
-
-
-def _f32(x):
-    return np.asarray(x, F32)
-
-
-def _fma32(a, b, c):
-    return (a.astype(F64) * b.astype(F64) + c.astype(F64)).astype(F32)
-
-
-def _sat_i(x, lo, hi):
-    return np.clip(x, lo, hi)
 
 
 def _cvt_f2i(x, lo, hi, t):
@@ -369,27 +354,6 @@ def _bits(val, kind):
 
 def _float(kind):
     return kind in ("f16", "f32", "f64")
-
-
-def _modify(reader, kind, neg, ab):
-    """Apply VOP3/DPP/SDWA abs then neg to a float source (on its raw bits)."""
-    if not _float(kind) or not (neg or ab):
-        return reader
-    w = WIDTH[kind]
-    if w == 64:
-        sign, mask = U64(1 << 63), U64((1 << 63) - 1)
-    elif w == 16:
-        sign, mask = U32(0x8000), U32(0xFFFF7FFF)
-    else:
-        sign, mask = U32(0x80000000), U32(0x7FFFFFFF)
-    def r(g):
-        x = reader(g)
-        if ab:
-            x = x & mask
-        if neg:
-            x = x ^ sign
-        return x
-    return r
 
 
 def _apply_omod_clamp(res, kind, omod, clamp):
