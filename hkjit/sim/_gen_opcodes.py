@@ -129,8 +129,10 @@ def vop3p(op, form):
     alts = []
     for d in (VD, 0):
         for s in _SRCS:
-            if form == "":          # op_sel_hi default [1,1,1], or [0,0,0]
-                alts += [[w0 | d | 1 << 14, s | 3 << 27], [w0 | d, s]]
+            if form == "":          # op_sel_hi [0,0,0] (MFMAs: no broadcast), or the default [1,1,1]
+                alts += [[w0 | d, s], [w0 | d | 1 << 14, s | 3 << 27]]
+            elif form == "hi":
+                alts.append([w0 | d | 1 << 14, s | 3 << 27])
             elif form == "mods":    # op_sel [1,0,0], op_sel_hi [0,1,1], neg_lo [0,1,0], neg_hi [1,0,0], clamp
                 alts.append([w0 | d | 1 << 11 | 1 << 14 | 1 << 8 | 1 << 15, s | 1 << 28 | 2 << 29])
             elif form == "acc":     # MAI: AGPR C/D and A/B, cbsz 1 abid 2 blgp 3
@@ -191,7 +193,7 @@ def families():
                        "sdwa_sdst": lambda op: [[vopc(op, 0xF9), SDWA_VOPC_WORD]]}),
         "VOP3": (0x380, {"": vop3, "mods": lambda op: vop3(op, True),      # SGPR sources (v_readlane ...):
                          "sgpr": lambda op: [[0xD0000000 | op << 16 | VD, s] for s in (SS0 | SS1 << 9, v(VS0) | SS1 << 9)]}),
-        "VOP3P": (128, {**{f: (lambda op, f=f: vop3p(op, f)) for f in ("", "mods", "acc")},
+        "VOP3P": (128, {**{f: (lambda op, f=f: vop3p(op, f)) for f in ("", "hi", "mods", "acc")},
                         "scale16": lambda op: mfma_scale(op, 0x2D), "scale32": lambda op: mfma_scale(op, 0x2E)}),
         "DS": (256, {"": ds, "acc": lambda op: ds(op, acc=1), "gds": lambda op: ds(op, gds=1)}),
         "FLAT": (128, {"": lambda op: flat(op, 0), "cache": lambda op: flat(op, 0, cache=1),

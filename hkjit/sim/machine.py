@@ -6,7 +6,8 @@ import time
 
 import numpy as np
 
-from . import mfma, salu, valu, vmem, vspecial
+from . import atomics, buffer, coverage, mfma, salu, salu_extra, valu, vmem, vspecial
+from . import valu_extra  # noqa: F401 (its ops join valu.T)
 from .decode import decode
 from .errors import SimError, SimHazardError, SimUnsupportedInstruction
 from .operands import Ops, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
@@ -43,6 +44,7 @@ class Machine:
         self.ntok = 1
         self.tok_live = np.zeros(1024, bool)
         self.lds_size = 0
+        self.lds_stride = 8
 
     # ------------------------------------------------------------ errors
     def pcrel(self, addr):
@@ -62,10 +64,13 @@ class Machine:
         return int(time.perf_counter() * 1e8)
 
     # ------------------------------------------------------------ compile
-    def _compile(self, inst):
+    def compile(self, inst):
         """-> (fn, check_keys, is_terminator)."""
         o = Ops(self, inst)
         fam, name = inst.fam, inst.name
+        reason = coverage.why_not(name)
+        if reason:
+            raise o.err(f"{name} is not simulated: {reason}")
         fn = None
         if fam == "SOPP":
             return self._sopp(o, inst)
@@ -78,7 +83,7 @@ class Machine:
         elif fam == "SOPC":
             fn = salu.compile_sopc(o, inst)
         elif fam == "SOP1":
-            fn = salu.compile_sop1(o, inst, self)
+            fn = salu.compile_sop1(o, inst, self) or salu_extra.compile_sop1(o, inst, self)
         elif fam == "SOPK":
             fn = salu.compile_sopk(o, inst, self)
         elif fam == "SMEM":
@@ -101,7 +106,7 @@ class Machine:
         elif fam in ("GLOBAL", "FLAT", "SCRATCH"):
             fn = vmem.compile_global(o, inst, self)
         elif fam == "MUBUF":
-            fn = vmem.compile_mubuf(o, inst, self)
+            fn = buffer.compile_mubuf(o, inst, self)
         if fn is None:
             raise SimUnsupportedInstruction(f"instruction {name} ({fam}) is not simulated", kernel=self.name,
                                             pc=self.pcrel(inst.addr), inst=inst.text())
@@ -116,7 +121,7 @@ class Machine:
         while True:
             try:
                 inst = decode(self.code, p, self.arch, self.name)
-                fn, keys, is_term = self._compile(inst)
+                fn, keys, is_term = self.compile(inst)
             except SimUnsupportedInstruction as e:
                 def raiser(g, e=e, p=p):
                     raise SimUnsupportedInstruction(e.message, kernel=self.name, pc=self.pcrel(p), inst=e.inst,
@@ -190,7 +195,7 @@ class Machine:
 
     def _setpc(self, o, inst):
         f = inst.f
-        src = o.ssrc(f["ssrc0"], True)
+        src = o.ssrc(f["ssrc0"], True, f.get("literal"))
         ret = o.sdst(f["sdst"], True) if inst.name == "s_swappc_b64" else None
         retval = U64(self.entry_addr + inst.addr + 4)
 
@@ -320,7 +325,7 @@ class Machine:
             j = int(np.argmax(bad))
             raise err(g, f"out-of-bounds LDS {what} of {size} bytes at address {int(a[j])}; the workgroup "
                          f"has {self.lds_size} bytes of LDS (static + dynamic)")
-        return wg.astype(I64) * self.lds_size + a, waves, ep
+        return wg.astype(I64) * self.lds_stride + a, waves, ep
 
     def lds_read(self, g, mask, a, size, err, inst):
         flat, waves, ep = self._lds_flat(g, mask, a, size, err, "read")
@@ -337,7 +342,7 @@ class Machine:
             if race.any():
                 j = np.argwhere(race)[0]
                 raise SimHazardError(
-                    f"LDS race: wave {int(waves[j[0]])} reads LDS byte {int(idx[j[0], j[1]] * 4 % self.lds_size)} "
+                    f"LDS race: wave {int(waves[j[0]])} reads LDS byte {int(idx[j[0], j[1]] * 4 % self.lds_stride)} "
                     f"written by wave {int(wr[j[0], j[1]])} of the same workgroup with no s_barrier in between",
                     kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
             if self.ntok > 1:
@@ -371,7 +376,7 @@ class Machine:
                 who = f"wave {other}" if other >= 0 else "other waves"
                 raise SimHazardError(
                     f"LDS race: wave {int(np.broadcast_to(wv, idx.shape)[j])} writes LDS byte "
-                    f"{int(idx[j] * 4 % self.lds_size)} {kind} by {who} of the same workgroup with no s_barrier "
+                    f"{int(idx[j] * 4 % self.lds_stride)} {kind} by {who} of the same workgroup with no s_barrier "
                     f"in between", kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g),
                     inst=inst.text())
         self.lds_w[idx] = wv
@@ -391,31 +396,27 @@ class Machine:
         else:
             self.lds[flat[:, None] + np.arange(size)] = data
 
-    def lds_atomic(self, g, mask, a, val, opn, typ, err, inst):
-        flat, waves, ep = self._lds_flat(g, mask, a, 4, err, "atomic")
-        if (flat & 3).any():
-            raise err(g, "misaligned LDS atomic")
-        idx = flat >> 2
-        olds = np.empty(idx.size, U32)
-        mem = self.lds32
-        for i in range(idx.size):       # lane order, like the hardware's serialisation
-            j = idx[i]
-            old = mem[j]
-            olds[i] = old
-            v = val[i]
-            if typ == "f32":
-                x, y = np.array([old], U32).view(np.float32)[0], np.array([v], U32).view(np.float32)[0]
-                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[opn]
-                mem[j] = np.array([r], np.float32).view(U32)[0]
-            elif typ == "i32" and opn in ("min", "max"):
-                x, y = int(np.int32(old.view(np.int32))), int(np.array([v], U32).view(np.int32)[0])
-                mem[j] = U32((min(x, y) if opn == "min" else max(x, y)) & 0xFFFFFFFF)
-            else:
-                x, y = int(old), int(v)
-                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y), "and": x & y, "or": x | y,
-                     "xor": x ^ y}[opn]
-                mem[j] = U32(r & 0xFFFFFFFF)
-        return olds
+    def lds_atomic(self, g, mask, a, data, spec, err):
+        """LDS atomic of spec (operation, type, bits) on the active lanes; data: (k, words) uint32,
+        the operand(s) of each lane. Returns the old values as (k, bits/32) uint32."""
+        opn, typ, width = spec
+        nb = width // 8
+        flat, _, _ = self._lds_flat(g, mask, a, nb, err, "atomic")
+        if (flat % nb).any():
+            raise err(g, f"misaligned LDS atomic of {nb} bytes")
+        mem = self.lds32 if width == 32 else self.lds.view(U64)
+        nd = width // 32
+        idx = flat // nb
+        va = atomics.words_to_bits(data[:, :nd], width)
+        vb = atomics.words_to_bits(data[:, nd:], width) if data.shape[1] > nd else None
+        olds = np.zeros(idx.size, mem.dtype)
+
+        def apply(lanes):
+            old = mem[idx[lanes]]
+            mem[idx[lanes]] = atomics.combine(opn, typ, width, old, va[lanes], None if vb is None else vb[lanes])
+            olds[lanes] = old
+        atomics.serialise(idx, apply)
+        return atomics.bits_to_words(olds, width)
 
     # ------------------------------------------------------------ launch
     def launch(self, grid, block, dynamic_smem, args):
@@ -521,10 +522,9 @@ class Machine:
             S[:, EXEC:EXEC + 2] = np.tile(exec_pair, (nb, 1))
             wave = np.repeat(ids, wpg) * wpg + np.tile(np.arange(wpg), nb)
             wgi = np.repeat(np.arange(nb), wpg)
-            L = max(self.lds_size, 4)
+            L = self.lds_stride = _rup(max(self.lds_size, 8), 8)   # workgroups' LDS, 8-byte aligned
             self.lds = np.zeros(nb * L, np.uint8)
-            self.lds32 = self.lds[:nb * L // 4 * 4].view(U32)
-            self.lds_size_alloc = L
+            self.lds32 = self.lds.view(U32)
             if self.checks:
                 nd = (nb * L + 3) // 4
                 self.lds_w = np.full(nd, -1, I32)

@@ -374,7 +374,8 @@ def compile_smem(o, inst, m):
             if d <= EXEC + 1 < d + n or d <= EXEC < d + n:
                 g.update_exec()
         return run
-    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol"):
+    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol", "s_dcache_discard",
+                "s_dcache_discard_x2", "s_atc_probe", "s_atc_probe_buffer"):     # cache and TLB hints
         return lambda g: None
     if name == "s_memtime" or name == "s_memrealtime":
         w = o.sdst(f["sdata"], True)

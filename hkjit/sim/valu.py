@@ -5,7 +5,7 @@ import contextlib
 
 import numpy as np
 
-from . import fp
+from . import coverage, fp
 from .state import VCC, EXEC, pack_mask
 
 U16, U32, U64, I16, I32, I64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
@@ -99,8 +99,10 @@ def _div_fixup(q, d, n):
     return np.where(special, exact.astype(q.dtype), q)
 
 
-# name -> (dst kind, (src kinds...), fn)
+# name -> (dst kind, (src kinds...), fn); more in valu_extra.py
 T = {}
+K_LITERAL = {}       # VOP2 with a constant K from the trailing literal: name -> K's source position
+ACCUMULATE = set()   # ops whose third source is the destination (like v_fmac_f32)
 
 
 def op(name, dk, sks, fn):
@@ -408,7 +410,7 @@ def _dpp_reader(o, inst, kind):
     f = inst.f
     src = dpp_source_lanes(f["dpp_ctrl"])
     if src is None:
-        raise o.err(f"unsupported DPP control {f['dpp_ctrl']:#x}")
+        raise o.err(f"{coverage.limit('dpp-control')} ({f['dpp_ctrl']:#x})")
     r = o.vrow(f["src0"] - 256)
     valid = src >= 0
     srcc = np.where(valid, src, 0)
@@ -450,11 +452,11 @@ def compile_valu(o, inst, m):
     e64 = fam == "VOP3"
     lit = f.get("literal")
     srcs = [f["src0"], f.get("vsrc1", 0) + 256 if fam == "VOP2" else f.get("src1"), f.get("src2")]
-    mac = name.startswith(("v_fmac_", "v_mac_"))
-    if mac and not e64:
-        srcs[2] = f["vdst"] + 256
-    elif mac and e64:
-        srcs[2] = f["vdst"] + 256
+    if name.startswith(("v_fmac_", "v_mac_")) or name in ACCUMULATE:
+        srcs[2] = f["vdst"] + 256          # accumulates into the destination
+    if name in K_LITERAL:                  # v_fmamk_f32 / v_fmaak_f32 ...: K is the trailing literal
+        k = K_LITERAL[name]
+        srcs[k], srcs[3 - k] = 255, f["vsrc1"] + 256
     opsel = f.get("op_sel", 0) if e64 else 0
     neg = f.get("neg", 0) if (e64 or inst.sub) else 0
     ab = f.get("abs", 0) if (e64 or inst.sub) else 0
@@ -494,7 +496,7 @@ def compile_valu(o, inst, m):
     omod = f.get("omod", 0) if (e64 or inst.sub == "sdwa") else 0
     clamp = f.get("clamp", 0) if (e64 or inst.sub == "sdwa") else 0
     if clamp and not _float(dk):
-        raise o.err("integer clamp (saturation) is not simulated")
+        raise o.err(coverage.limit("integer-clamp" if dk not in ("b32",) else "packed-clamp"))
     hi_dst = e64 and wd == 16 and (opsel >> 3) & 1
     sdwa_dst = inst.sub == "sdwa" and fam != "VOPC" and (f["dst_sel"] != 6)
     if sdwa_dst:
@@ -573,7 +575,7 @@ def compile_vopc(o, inst, m):
     readers = []
     for i, (k, v) in enumerate(zip(kinds, srcs)):
         if inst.sub == "dpp":
-            raise o.err("DPP compares are not simulated")
+            raise o.err(coverage.limit("dpp-compare"))
         if WIDTH[k] == 64:
             rd = o.src64(v, k if _float(k) else "b64", lit)
         else:

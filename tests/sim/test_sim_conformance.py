@@ -5,12 +5,17 @@ hkjit/sim/_gen_opcodes.py generates: same mnemonic, length and operands (registe
 offsets, DPP/SDWA controls, op_sel/neg/abs, cache bits). And every one of them either compiles to
 the simulator's closure or is refused as not simulated with a reason (hkjit.sim.coverage)."""
 
+import fnmatch
 import os
 import shutil
+import types
 
 import pytest
 
+from hkjit.sim import SimUnsupportedInstruction, coverage
 from hkjit.sim.decode import decode
+from hkjit.sim.machine import Machine
+from hkjit.sim.memory import Memory
 from llvm_text import OMOD, SEL, UNUSED, bits, constants, dpp_ctrl, parse, token
 
 ARCHS = ("gfx942", "gfx950")
@@ -189,3 +194,54 @@ def test_committed_tables_match_llvm_mc(arch):
         assert table == OPCODES[arch][fam], fam
     assert literal == {f: sorted(ops) for f, ops in TRAILING_LITERAL[arch].items()}
     assert set(rows) <= set(fixture(arch))
+
+
+# ---------------------------------------------------------------- every instruction compiles or is refused
+def _probe_machine(arch, code):
+    """A Machine over one instruction's bytes, with every register available."""
+    kernel = types.SimpleNamespace(name="probe", meta={".vgpr_count": 256, ".agpr_count": 256}, code=code,
+                                   descriptor=types.SimpleNamespace(wave32=False), entry_addr=0, text_addr=0)
+    return Machine(kernel, arch, Memory())
+
+
+def compile_outcome(enc, arch):
+    """None if the simulator compiles the instruction, else the reason it gives for refusing it."""
+    m = _probe_machine(arch, enc)
+    try:
+        for inst in decode_all(enc, arch):
+            m.compile(inst)
+    except SimUnsupportedInstruction as e:
+        return e.message
+    return None
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_instruction_is_simulated_or_refused_for_a_documented_reason(arch):
+    limits = [coverage.limit(k) for k in coverage.LIMITS]
+    wrong = []
+    for enc, text in fixture(arch):
+        name = parse(text)["name"].replace("v_mfma_scale_", "v_mfma_")
+        try:
+            why = compile_outcome(enc, arch)
+        except Exception as e:       # noqa: BLE001 - an internal error, reported below
+            wrong.append(f"{text}: {type(e).__name__}: {e}")
+            continue
+        listed = coverage.why_not(name)
+        if listed and (why is None or listed not in why):
+            wrong.append(f"{text}: listed as not simulated ({listed}) but {why or 'compiles'}")
+        elif not listed and why is not None and not any(lim in why for lim in limits):
+            wrong.append(f"{text}: {why}")
+    assert not wrong, f"{len(wrong)} instructions neither simulated nor documented:\n" + "\n".join(wrong[:2000])
+
+
+def test_not_simulated_list_is_used_and_documented():
+    from hkjit.sim.decode import OPCODES
+    names = {n for a in ARCHS for t in OPCODES[a].values() for n in t.values()}
+    with open(os.path.join(os.path.dirname(DATA), "..", "..", "docs", "notes", "simulator.md")) as f:
+        notes = f.read()
+    for reason, patterns in coverage.NOT_SIMULATED.items():
+        for p in patterns:
+            assert any(fnmatch.fnmatchcase(n, p) for n in names), f"{p!r} matches no instruction"
+        assert reason in notes, f"docs/notes/simulator.md does not list: {reason}"
+    for text in coverage.LIMITS.values():
+        assert text in notes, f"docs/notes/simulator.md does not list: {text}"
