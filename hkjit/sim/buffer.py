@@ -21,11 +21,13 @@ import re
 import numpy as np
 
 from . import atomics
-from .vmem import _SIZES, _atomic_memory, _compile_load_lds, _extend, _issue, _scatter_rows
+from .vmem import _SIZES, _atomic_memory, _compile_load_lds, _extend, _issue, _oob, _scatter_rows
 
 U8, U32, I64 = np.uint8, np.uint32, np.int64
 LANES = np.arange(64, dtype=I64)
 M32 = 0xFFFFFFFF
+HINT = (" (the lane is inside the buffer resource's range: num_records, and for a raw buffer the SGPR "
+        "offset soffset, is not part of the check)")
 
 
 def addressing(o, inst, size):
@@ -111,23 +113,22 @@ def compile_mubuf(o, inst, m):
     mo = re.match(r"buffer_(load|store)_(\w+)$", name)
     if not spec and not (mo and mo.group(2) in _SIZES):
         return None
-    err = m.err_factory(inst)
+    hazard = m.reporter(inst)
     acc = bool(f.get("acc"))
     iaddr = inst.addr
 
     def report(g):
-        return lambda msg: err(g, msg + " (the lane is inside the buffer resource's range: num_records, "
-                                        "and for a raw buffer the SGPR offset soffset, is not part of the check)")
+        return _oob(hazard, g, HINT)
 
     if spec:
-        return _compile_atomic(o, inst, m, spec, acc, report)
+        return _compile_atomic(o, inst, m, spec, acc, hazard)
     kind = mo.group(1)
     size, signed, d16 = _SIZES[mo.group(2)]
     where = addressing(o, inst, size)
     nd = max(1, size // 4)
 
     if f["lds"]:
-        to_lds = _compile_load_lds(o, inst, m, size, signed, None, err, None)
+        to_lds = _compile_load_lds(o, inst, m, size, None, hazard)
 
         def run(g):
             addr, ok = where(g)
@@ -186,7 +187,7 @@ def compile_mubuf(o, inst, m):
     return run
 
 
-def _compile_atomic(o, inst, m, spec, acc, report):
+def _compile_atomic(o, inst, m, spec, acc, hazard):
     """buffer_atomic_*: the data registers (vdata) also receive the old value when sc0 (glc) is set;
     out-of-range lanes do nothing and return 0."""
     f = inst.f
@@ -207,7 +208,7 @@ def _compile_atomic(o, inst, m, spec, acc, report):
         olds = np.zeros((a.shape[0], nd), U32)
         if sel.any():
             data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(ndata)], 1)
-            olds[sel] = _atomic_memory(m, a[sel, 0], data[sel], spec, report(g))
+            olds[sel] = _atomic_memory(m, a[sel, 0], data[sel], spec, hazard, g, HINT)
         if ret and a.shape[0]:
             _scatter_rows(g, s, nd, olds, mask)
         _issue(m, g, "vm", keys, inst.addr)

@@ -98,11 +98,14 @@ def compile_sop1(o, inst, m):
         o.sreg(0, 102)
         other = o.sdst(f["sdst"], count == 2) if rel_src else o.ssrc(f["ssrc0"], count == 2, lit)
         rows = np.arange(count)
+        report = m.reporter(inst)
 
         def run(g):
             idx = (fixed + g.S[:, M0].astype(I64))[:, None] + rows     # (n, count)
             if (idx > 101).any():
-                raise m.err_factory(inst)(g, f"{name}: SGPR index {int(idx.max())} (operand + M0) is out of range")
+                report(g, "sgpr-index", f"{name}: SGPR index {int(idx.max())} (operand + M0) is past s101; "
+                                        f"the move is dropped")
+                return
             waves = np.arange(g.n)[:, None]
             if rel_src:
                 v = g.S[waves, idx]

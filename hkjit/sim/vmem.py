@@ -55,7 +55,7 @@ def compile_global(o, inst, m):
     kind, rest = mo.group(2), mo.group(3)
     if fam == "SCRATCH":
         return None   # no scratch in hkjit kernels (checked: private_segment_fixed_size == 0)
-    err = m.err_factory(inst)
+    report = m.reporter(inst)
     saddr = f["saddr"] if fam == "GLOBAL" else 0x7F
     off = f["offset"]
     if saddr != 0x7F and saddr != 0x7D:
@@ -79,13 +79,13 @@ def compile_global(o, inst, m):
         return a[g.exec], g.exec
 
     if kind == "atomic":
-        return _compile_atomic(o, inst, m, lanes, err, acc)
+        return _compile_atomic(o, inst, m, lanes, report, acc)
     if rest not in _SIZES:
         return None
     size, signed, d16 = _SIZES[rest]
     iaddr = inst.addr
     if kind == "load_lds":
-        return _compile_load_lds(o, inst, m, size, signed, lanes, err, lambda g, ln: ln)
+        return _compile_load_lds(o, inst, m, size, lanes, report)
     if kind == "load":
         nd = max(1, size // 4)
         d = o.vrow(f["vdst"], acc=acc, count=nd, write=True)
@@ -96,7 +96,7 @@ def compile_global(o, inst, m):
         def run(g):
             a, mask = lanes(g)
             if a.size:
-                data = m.mem.load(a, size, lambda msg: err(g, msg))
+                data = m.mem.load(a, size, _oob(report, g))
                 if size < 4:
                     v = _extend(data, size, signed)
                     if d16:
@@ -123,28 +123,37 @@ def compile_global(o, inst, m):
             if size < 4:
                 v = data[:, 0] >> U32(16) if d16 == "hi" else data[:, 0]
                 data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
-            m.mem.store(a, data, lambda msg: err(g, msg))
+            m.mem.store(a, data, _oob(report, g))
         _issue(m, g, "vm", keys, iaddr)
     return run
 
 
-def _atomic_memory(m, a, data, spec, report):
+def _oob(report, g, hint=""):
+    """The memory layer's callback for out-of-bounds lanes of wave group g."""
+    return lambda msg: report(g, "out-of-bounds", msg + hint)
+
+
+def _atomic_memory(m, a, data, spec, report, g, hint=""):
     """Global atomic of spec (operation, type, bits) at byte addresses a (k,), data (k, words)
-    uint32; -> old values (k, bits/32) uint32, lanes serialised like the hardware."""
+    uint32; -> old values (k, bits/32) uint32, lanes serialised like the hardware. Misaligned
+    lanes are reported and left out."""
     opn, typ, width = spec
     nd = width // 32
-    if (a % (width // 8)).any():
-        report(f"misaligned {width}-bit atomic at address {int(a[(a % (width // 8)) != 0][0]):#x}")
+    olds = np.zeros(a.size, U32 if width == 32 else U64)
+    bad = a % (width // 8) != 0
+    if bad.any():
+        report(g, "misaligned", f"{width}-bit atomic at misaligned address {int(a[bad][0]):#x}")
     va = atomics.words_to_bits(data[:, :nd], width)
     vb = atomics.words_to_bits(data[:, nd:], width) if data.shape[1] > nd else None
-    olds = np.zeros(a.size, U32 if width == 32 else U64)
+    oob = _oob(report, g, hint)
 
     def apply(lanes):
-        old = atomics.words_to_bits(m.mem.load(a[lanes], width // 8, report), width)
+        old = atomics.words_to_bits(m.mem.load(a[lanes], width // 8, oob), width)
         new = atomics.combine(opn, typ, width, old, va[lanes], None if vb is None else vb[lanes])
-        m.mem.store(a[lanes], atomics.bits_to_words(new, width), report)
+        m.mem.store(a[lanes], atomics.bits_to_words(new, width), oob)
         olds[lanes] = old
-    atomics.serialise(a, apply)
+    todo = np.nonzero(~bad)[0]
+    atomics.serialise(a[todo], lambda sel: apply(todo[sel]))
     return atomics.bits_to_words(olds, width)
 
 
@@ -156,7 +165,7 @@ def _atomic_operands(o, inst, spec, data_field, acc):
     return o.vrow(inst.f[data_field], acc=acc, count=ndata), ndata, nd
 
 
-def _compile_atomic(o, inst, m, lanes, err, acc):
+def _compile_atomic(o, inst, m, lanes, report, acc):
     f = inst.f
     spec = atomics.parse_memory(inst.name)
     if spec is None:
@@ -171,42 +180,16 @@ def _compile_atomic(o, inst, m, lanes, err, acc):
         a, mask = lanes(g)
         if a.size:
             data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(ndata)], 1)
-            olds = _atomic_memory(m, a, data, spec, lambda msg: err(g, msg))
+            olds = _atomic_memory(m, a, data, spec, report, g)
             if ret:
                 _scatter_rows(g, d, nd, olds, mask)
         _issue(m, g, "vm", keys, iaddr)
     return run
 
 
-def _lds_write_dma(m, g, mask, ldsaddr, data_bytes, size, err, inst):
-    """Direct-to-LDS write of `size` bytes per active lane; data_bytes (k, size) uint8 (0 for
-    out-of-range lanes). ldsaddr (n, 64) int64 byte addresses in the wave's workgroup."""
-    a = ldsaddr.reshape(-1) if mask is None else ldsaddr[mask]
-    wg = np.repeat(g.wgi, 64) if mask is None else np.broadcast_to(g.wgi[:, None], (g.n, 64))[mask]
-    if a.size == 0:
-        return None
-    if (a < 0).any() or (a + size > m.lds_size).any():
-        bad = int(a[(a < 0) | (a + size > m.lds_size)][0])
-        raise err(g, f"out-of-bounds LDS write (direct-to-LDS load) at byte {bad} of {size} bytes; the "
-                     f"workgroup has {m.lds_size} bytes of LDS")
-    flat = wg.astype(I64) * m.lds_stride + a
-    m.lds[flat[:, None] + np.arange(size)] = data_bytes
-    token = None
-    if m.checks:
-        token = m.new_token()
-        idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
-        m.lds_tok[idx] = token
-        waves = np.repeat(g.wave, 64) if mask is None else np.broadcast_to(g.wave[:, None], (g.n, 64))[mask]
-        ep = np.repeat(g.epoch, 64) if mask is None else np.broadcast_to(g.epoch[:, None], (g.n, 64))[mask]
-        m.lds_track_write(g, idx, np.broadcast_to(waves[:, None], idx.shape),
-                          np.broadcast_to(ep[:, None], idx.shape), inst)
-    return token
-
-
-def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
+def _compile_load_lds(o, inst, m, size, lanes_fn, report):
     """global_load_lds_* / buffer_load_* lds: LDS address = M0 + inst offset + lane * size."""
-    f = inst.f
-    off = f["offset"] if inst.fam == "MUBUF" else f["offset"]
+    off = inst.f["offset"]
     o.sreg(M0)
     iaddr = inst.addr
     if size not in (1, 2, 4) and not (m.arch == "gfx950" and size in (12, 16)):
@@ -214,7 +197,7 @@ def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
 
     def run(g, data=None, mask=None):
         ldsaddr = (g.S[:, M0].astype(I64)[:, None] + off + LANES * size) & 0xFFFFFFFF
-        tok = _lds_write_dma(m, g, mask, ldsaddr, data, size, err, inst)
+        tok = m.lds.write(g, mask, ldsaddr, size, data, report, dma=True) if data.shape[0] else None
         _issue(m, g, "vm", frozenset(), iaddr, tok)
 
     if inst.fam == "MUBUF":
@@ -222,11 +205,8 @@ def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
 
     def run_global(g):
         a, mask = lanes_fn(g)
-        if not a.size:
-            _issue(m, g, "vm", frozenset(), iaddr)
-            return
-        data = m.mem.load(a, size, lambda msg: err(g, msg))
-        data = np.ascontiguousarray(data).view(U8).reshape(a.size, size)
+        data = np.ascontiguousarray(m.mem.load(a, size, _oob(report, g))).view(U8).reshape(a.size, size) \
+            if a.size else np.zeros((0, size), U8)
         run(g, data, mask)
     return run_global
 
@@ -252,7 +232,7 @@ def compile_ds(o, inst, m):
     f, name = inst.f, inst.name
     if f["gds"]:
         raise o.err(coverage.limit("gds"))
-    err = m.err_factory(inst)
+    report = m.reporter(inst)
     iaddr = inst.addr
     acc = bool(f.get("acc"))
     if name == "ds_nop":
@@ -322,7 +302,7 @@ def compile_ds(o, inst, m):
             parts = []
             for oo in offs:
                 a = (base + oo) & 0xFFFFFFFF
-                parts.append(m.lds_read(g, mask, a, size, err, inst))
+                parts.append(m.lds.read(g, mask, a, size, report))
             if tr:
                 # (k, 8) bytes per active lane -> gather over full wave then transpose
                 full = np.zeros((g.n, 64, 4), U16)
@@ -370,7 +350,7 @@ def compile_ds(o, inst, m):
                     data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
                 else:
                     data = np.ascontiguousarray(data).view(U8).reshape(-1, size)
-                m.lds_write(g, mask, (base + oo) & 0xFFFFFFFF, size, data, err, inst)
+                m.lds.write(g, mask, (base + oo) & 0xFFFFFFFF, size, data, report)
             _issue(m, g, "lgkm", frozenset(), iaddr)
         return run
     spec = atomics.parse_ds(name)
@@ -390,7 +370,7 @@ def compile_ds(o, inst, m):
             data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask])
                              for s in srcs for i in range(nd)], 1)
             if data.shape[0]:
-                olds = m.lds_atomic(g, mask, a, data, (opn, typ, width), err)
+                olds = m.lds.atomic(g, mask, a, data, (opn, typ, width), report)
                 if rtn:
                     _scatter_rows(g, d, nd, olds, mask)
             _issue(m, g, "lgkm", keys, iaddr)
