@@ -54,7 +54,8 @@ def addressing(o, inst, size):
         col = (slice(None), None, None)
         index = (g.V[vi].astype(I64) if idxen else np.zeros((g.n, 64), I64)) + np.where(add_tid[:, None], LANES, 0)
         index &= M32
-        offset = ((g.V[vo].astype(I64) if offen else 0) + inst_off)[..., None] + comp      # (n, 64, ncomp)
+        voff = g.V[vo].astype(I64) if offen else np.zeros((g.n, 64), I64)
+        offset = (voff + inst_off)[..., None] + comp                                        # (n, 64, ncomp)
         offset &= M32
         ix = index[..., None]
         linear = ix * stride[col] + offset
@@ -63,7 +64,7 @@ def addressing(o, inst, size):
         so = np.broadcast_to(np.asarray(soff(g)).astype(I64), (g.n,))
         addr = (base + so)[col] + boff
         raw = offset + unit <= nrec[col]
-        checked_offset = (idxen or add_tid[col]) & (offset >= stride[col])
+        checked_offset = (add_tid[col] | bool(idxen)) & (offset >= stride[col])
         structured = (ix < nrec[col]) & ~checked_offset
         return addr, np.where((stride == 0)[col], raw, structured)
     return run
