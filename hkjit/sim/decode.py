@@ -6,8 +6,24 @@ meaning is left to the executor, which knows each instruction's operand types.""
 
 import struct
 
-from ._opcodes import OPCODES
+from ._opcodes import GFX942, GFX950_CHANGES, TRAILING_LITERAL
 from .errors import SimUnsupportedInstruction
+
+
+def _apply(base, changes):
+    out = {fam: dict(ops) for fam, ops in base.items()}
+    for fam, ops in changes.items():
+        table = out.setdefault(fam, {})
+        for op, name in ops.items():
+            if name is None:
+                table.pop(op, None)
+            else:
+                table[op] = name
+    return out
+
+
+# encoding family -> opcode -> mnemonic, per target (gfx950 is stored as its changes to gfx942)
+OPCODES = {"gfx942": GFX942, "gfx950": _apply(GFX942, GFX950_CHANGES)}
 
 # VOP3 opcode ranges holding the promoted VOPC / VOP2 / VOP1 instructions
 VOP3_VOP2_BASE, VOP3_VOP1_BASE = 0x100, 0x140
@@ -101,7 +117,7 @@ def decode(code: bytes, addr: int, arch: str, kernel=None) -> Inst:
             op = w0 >> 23 & 0x1F
             f = {"sdst": w0 >> 16 & 0x7F, "simm16": w0 & 0xFFFF}
             name = _name(arch, "SOPK", op, addr, [w0], kernel)
-            if name == "s_setreg_imm32_b32":
+            if op in TRAILING_LITERAL[arch].get("SOPK", ()):
                 f["literal"] = word(1)
                 return Inst(addr, 8, "SOPK", op, name, f, [w0, f["literal"]])
             return Inst(addr, 4, "SOPK", op, name, f, [w0])
@@ -126,7 +142,7 @@ def decode(code: bytes, addr: int, arch: str, kernel=None) -> Inst:
             f = {"vdst": w0 >> 17 & 0xFF, "src0": w0 & 0x1FF, "vsrc1": w0 >> 9 & 0xFF}
         name = _name(arch, fam, op, addr, [w0], kernel)
         s0 = f["src0"]
-        if s0 == 0xFF:
+        if s0 == 0xFF or op in TRAILING_LITERAL[arch].get(fam, ()):   # v_fmamk_f32 & co. always take one
             f["literal"] = word(1)
             return Inst(addr, 8, fam, op, name, f, [w0, f["literal"]])
         if s0 == 0xFA:  # DPP
@@ -216,6 +232,14 @@ def decode(code: bytes, addr: int, arch: str, kernel=None) -> Inst:
              "vaddr": w1 & 0xFF, "vdata": w1 >> 8 & 0xFF, "srsrc": (w1 >> 16 & 0x1F) << 2,
              "acc": w1 >> 23 & 1, "soffset": w1 >> 24 & 0xFF}
         return Inst(addr, 8, "MUBUF", op, name, f, words)
+    if top6 == 0x3A:  # MTBUF: a buffer access with the data format in the instruction
+        op = w0 >> 15 & 0xF
+        name = _name(arch, "MTBUF", op, addr, words, kernel)
+        f = {"offset": w0 & 0xFFF, "offen": w0 >> 12 & 1, "idxen": w0 >> 13 & 1, "sc0": w0 >> 14 & 1,
+             "dfmt": w0 >> 19 & 0xF, "nfmt": w0 >> 23 & 7, "sc1": w1 >> 21 & 1, "nt": w1 >> 22 & 1,
+             "vaddr": w1 & 0xFF, "vdata": w1 >> 8 & 0xFF, "srsrc": (w1 >> 16 & 0x1F) << 2,
+             "acc": w1 >> 23 & 1, "soffset": w1 >> 24 & 0xFF}
+        return Inst(addr, 8, "MTBUF", op, name, f, words)
     raise SimUnsupportedInstruction(
-        f"unsupported encoding {' '.join(f'{w:08X}' for w in words)} (MTBUF/MIMG/EXP are not simulated)",
+        f"unsupported encoding {' '.join(f'{w:08X}' for w in words)} (MIMG and EXP do not exist on CDNA3/CDNA4)",
         kernel=kernel, pc=addr)

@@ -6,11 +6,14 @@ import time
 
 import numpy as np
 
-from . import mfma, salu, valu, vmem, vspecial
+from . import buffer, coverage, mfma, salu, salu_extra, valu, vmem, vspecial
+from . import valu_extra  # noqa: F401 (its ops join valu.T)
 from .decode import decode
 from .errors import SimError, SimHazardError, SimUnsupportedInstruction
+from .hazards import Hazards
+from .lds import Lds
 from .operands import Ops, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
-from .state import EXEC, M0, SGPR_KEY, VCC, Group, pack_mask
+from .state import EXEC, SGPR_KEY, VCC, Group, pack_mask
 
 U32, I32, I64, U64 = np.uint32, np.int32, np.int64, np.uint64
 LDS_LIMIT = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
@@ -40,9 +43,9 @@ class Machine:
         self.entry_addr = kernel.text_addr        # pc 0 is the start of .text
         self.blocks = {}
         self.winst = 0                            # wave-instructions executed
-        self.ntok = 1
-        self.tok_live = np.zeros(1024, bool)
         self.lds_size = 0
+        self.lds = None                           # the LDS of the batch being run (lds.Lds)
+        self.hazards = Hazards(self.name)
 
     # ------------------------------------------------------------ errors
     def pcrel(self, addr):
@@ -53,19 +56,25 @@ class Machine:
         return f"{w} (workgroup {self.wg_ids[int(g.wgi[i])]}, wave {w % self.wpg} in it)" + (
             f" and {g.n - 1} more in lock-step" if g.n > 1 else "")
 
-    def err_factory(self, inst, cls=SimHazardError):
-        def make(g, msg, i=0):
-            return cls(msg, kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g, i), inst=inst.text())
-        return make
+    def reporter(self, inst):
+        """report(g, rule, message, i=0): record a hazard of this instruction, hit by wave g.wave[i]."""
+        pc, text = self.pcrel(inst.addr), inst.text()
+
+        def report(g, rule, msg, i=0):
+            self.hazards.add(rule, pc, text, self.wave_desc(g, i), msg)
+        return report
 
     def clock(self):
         return int(time.perf_counter() * 1e8)
 
     # ------------------------------------------------------------ compile
-    def _compile(self, inst):
+    def compile(self, inst):
         """-> (fn, check_keys, is_terminator)."""
         o = Ops(self, inst)
         fam, name = inst.fam, inst.name
+        reason = coverage.why_not(name)
+        if reason:
+            raise o.err(f"{name} is not simulated: {reason}")
         fn = None
         if fam == "SOPP":
             return self._sopp(o, inst)
@@ -78,7 +87,7 @@ class Machine:
         elif fam == "SOPC":
             fn = salu.compile_sopc(o, inst)
         elif fam == "SOP1":
-            fn = salu.compile_sop1(o, inst, self)
+            fn = salu.compile_sop1(o, inst, self) or salu_extra.compile_sop1(o, inst, self)
         elif fam == "SOPK":
             fn = salu.compile_sopk(o, inst, self)
         elif fam == "SMEM":
@@ -101,7 +110,7 @@ class Machine:
         elif fam in ("GLOBAL", "FLAT", "SCRATCH"):
             fn = vmem.compile_global(o, inst, self)
         elif fam == "MUBUF":
-            fn = vmem.compile_mubuf(o, inst, self)
+            fn = buffer.compile_mubuf(o, inst, self)
         if fn is None:
             raise SimUnsupportedInstruction(f"instruction {name} ({fam}) is not simulated", kernel=self.name,
                                             pc=self.pcrel(inst.addr), inst=inst.text())
@@ -116,7 +125,7 @@ class Machine:
         while True:
             try:
                 inst = decode(self.code, p, self.arch, self.name)
-                fn, keys, is_term = self._compile(inst)
+                fn, keys, is_term = self.compile(inst)
             except SimUnsupportedInstruction as e:
                 def raiser(g, e=e, p=p):
                     raise SimUnsupportedInstruction(e.message, kernel=self.name, pc=self.pcrel(p), inst=e.inst,
@@ -148,7 +157,7 @@ class Machine:
                 while len(g.vmq) > vm:
                     _, _, tok = g.vmq.pop(0)
                     if tok:
-                        self.tok_live[tok] = False
+                        self.lds.retire(tok)
                     changed = True
                 while len(g.lgkmq) > lgkm:
                     g.lgkmq.pop(0)
@@ -190,7 +199,7 @@ class Machine:
 
     def _setpc(self, o, inst):
         f = inst.f
-        src = o.ssrc(f["ssrc0"], True)
+        src = o.ssrc(f["ssrc0"], True, f.get("literal"))
         ret = o.sdst(f["sdst"], True) if inst.name == "s_swappc_b64" else None
         retval = U64(self.entry_addr + inst.addr + 4)
 
@@ -226,9 +235,14 @@ class Machine:
         reg = f"s{k - SGPR_KEY}" if k >= SGPR_KEY else (f"v{k}" if k < self.nva else f"a{k - self.nva}")
         what = f"the load at +{self.pcrel(src[0]):#x}" if src else "a load"
         cnt = src[1] if src else "vmcnt/lgkmcnt"
-        raise SimHazardError(f"{reg} is used before the s_waitcnt {cnt} that covers {what} writing it "
-                             f"(real hardware would read a stale value)", kernel=self.name,
-                             pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
+        self.hazards.add("missing-waitcnt", self.pcrel(inst.addr), inst.text(), self.wave_desc(g),
+                         f"{reg} is used before the s_waitcnt {cnt} that covers {what} writing it "
+                         f"(real hardware would read a stale value)")
+        # reported once: the loads no longer count as writing these registers, so that the
+        # consequences further on are not reported as new hazards
+        g.vmq = [(e[0] - keys, e[1], e[2]) for e in g.vmq]
+        g.lgkmq = [(e[0] - keys, e[1], e[2]) for e in g.lgkmq]
+        g.pend = g.pend - keys
 
     def run_block(self, g):
         blk = self.blocks.get(g.pc) or self._block(g.pc)
@@ -245,7 +259,7 @@ class Machine:
                     fn(g)
             self.winst += (len(items) + 1) * g.n
             return term(g), tpc
-        except SimError:
+        except (SimError, SimHazardError):
             raise
         except Exception as e:  # a bug of the simulator: say where
             inst = items[i][2] if 0 <= i < len(items) and items[i][2] else tinst
@@ -256,9 +270,8 @@ class Machine:
     def run_groups(self, groups):
         runnable, waiting = list(groups), []
         while runnable or waiting:
-            if not runnable:
-                for g in waiting:
-                    g.epoch = g.epoch + 1
+            if not runnable:                   # every live wave waits at a barrier: release them all
+                self.lds.barrier()
                 runnable, waiting = waiting, []
             runnable.sort(key=lambda x: x.pc)
             g = runnable.pop(0)
@@ -295,127 +308,6 @@ class Machine:
                         gg.pc = int(v)
                         runnable.append(gg)
                     break
-
-    # ------------------------------------------------------------ LDS
-    def new_token(self):
-        t = self.ntok
-        self.ntok += 1
-        if t >= len(self.tok_live):
-            self.tok_live = np.concatenate([self.tok_live, np.zeros(len(self.tok_live), bool)])
-        self.tok_live[t] = True
-        return t
-
-    def _lane_info(self, g, mask):
-        if mask is None:
-            return np.repeat(g.wgi, 64), np.repeat(g.wave, 64), np.repeat(g.epoch, 64)
-        n = g.n
-        return (np.broadcast_to(g.wgi[:, None], (n, 64))[mask], np.broadcast_to(g.wave[:, None], (n, 64))[mask],
-                np.broadcast_to(g.epoch[:, None], (n, 64))[mask])
-
-    def _lds_flat(self, g, mask, a, size, err, what):
-        a = a.reshape(-1) if mask is None else a[mask]
-        wg, waves, ep = self._lane_info(g, mask)
-        bad = (a < 0) | (a + size > self.lds_size)
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise err(g, f"out-of-bounds LDS {what} of {size} bytes at address {int(a[j])}; the workgroup "
-                         f"has {self.lds_size} bytes of LDS (static + dynamic)")
-        return wg.astype(I64) * self.lds_size + a, waves, ep
-
-    def lds_read(self, g, mask, a, size, err, inst):
-        flat, waves, ep = self._lds_flat(g, mask, a, size, err, "read")
-        if size % 4 == 0 and not (flat & 3).any():
-            data = self.lds32[(flat >> 2)[:, None] + np.arange(size // 4)]
-            data = data.view(np.uint8).reshape(-1, size)
-        else:
-            data = self.lds[flat[:, None] + np.arange(size)]
-        if self.checks and flat.size:
-            idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
-            wv, ee = waves[:, None], ep[:, None]
-            wr = self.lds_w[idx]
-            race = (wr >= 0) & (wr != wv) & (self.lds_we[idx] == ee)
-            if race.any():
-                j = np.argwhere(race)[0]
-                raise SimHazardError(
-                    f"LDS race: wave {int(waves[j[0]])} reads LDS byte {int(idx[j[0], j[1]] * 4 % self.lds_size)} "
-                    f"written by wave {int(wr[j[0], j[1]])} of the same workgroup with no s_barrier in between",
-                    kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
-            if self.ntok > 1:
-                tok = self.lds_tok[idx]
-                live = self.tok_live[tok]
-                if live.any():
-                    raise SimHazardError(
-                        "LDS is read before the s_waitcnt vmcnt covering the direct-to-LDS load that writes it",
-                        kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
-            rd, re_ = self.lds_r[idx], self.lds_re[idx]
-            new = np.where((rd == -1) | (re_ != ee) | (rd == wv), wv, -2)
-            self.lds_r[idx] = new
-            self.lds_re[idx] = np.broadcast_to(ee, idx.shape)
-            if g.n > 1:   # two waves of one instruction reading one dword: several readers
-                back = self.lds_r[idx]
-                clash = (back != new)
-                if clash.any():
-                    self.lds_r[idx[clash]] = -2
-        return data
-
-    def lds_track_write(self, g, idx, wv, ee, inst):
-        wr = self.lds_w[idx]
-        we = self.lds_we[idx]
-        rd, re_ = self.lds_r[idx], self.lds_re[idx]
-        waw = (wr >= 0) & (wr != wv) & (we == ee)
-        war = (((rd >= 0) & (rd != wv)) | (rd == -2)) & (re_ == ee)
-        for bad, kind in ((waw, "written"), (war, "read")):
-            if bad.any():
-                j = tuple(np.argwhere(bad)[0])
-                other = int(wr[j]) if kind == "written" else int(rd[j])
-                who = f"wave {other}" if other >= 0 else "other waves"
-                raise SimHazardError(
-                    f"LDS race: wave {int(np.broadcast_to(wv, idx.shape)[j])} writes LDS byte "
-                    f"{int(idx[j] * 4 % self.lds_size)} {kind} by {who} of the same workgroup with no s_barrier "
-                    f"in between", kernel=self.name, pc=self.pcrel(inst.addr), wave=self.wave_desc(g),
-                    inst=inst.text())
-        self.lds_w[idx] = wv
-        self.lds_we[idx] = ee
-
-    def lds_write(self, g, mask, a, size, data, err, inst):
-        flat, waves, ep = self._lds_flat(g, mask, a, size, err, "write")
-        if not flat.size:
-            return
-        if self.checks:
-            idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
-            wv, ee = np.broadcast_to(waves[:, None], idx.shape), np.broadcast_to(ep[:, None], idx.shape)
-            self.lds_track_write(g, idx, wv, ee, inst)
-        if size % 4 == 0 and not (flat & 3).any():
-            self.lds32[(flat >> 2)[:, None] + np.arange(size // 4)] = np.ascontiguousarray(data).view(U32).reshape(
-                -1, size // 4)
-        else:
-            self.lds[flat[:, None] + np.arange(size)] = data
-
-    def lds_atomic(self, g, mask, a, val, opn, typ, err, inst):
-        flat, waves, ep = self._lds_flat(g, mask, a, 4, err, "atomic")
-        if (flat & 3).any():
-            raise err(g, "misaligned LDS atomic")
-        idx = flat >> 2
-        olds = np.empty(idx.size, U32)
-        mem = self.lds32
-        for i in range(idx.size):       # lane order, like the hardware's serialisation
-            j = idx[i]
-            old = mem[j]
-            olds[i] = old
-            v = val[i]
-            if typ == "f32":
-                x, y = np.array([old], U32).view(np.float32)[0], np.array([v], U32).view(np.float32)[0]
-                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[opn]
-                mem[j] = np.array([r], np.float32).view(U32)[0]
-            elif typ == "i32" and opn in ("min", "max"):
-                x, y = int(np.int32(old.view(np.int32))), int(np.array([v], U32).view(np.int32)[0])
-                mem[j] = U32((min(x, y) if opn == "min" else max(x, y)) & 0xFFFFFFFF)
-            else:
-                x, y = int(old), int(v)
-                r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y), "and": x & y, "or": x | y,
-                     "xor": x ^ y}[opn]
-                mem[j] = U32(r & 0xFFFFFFFF)
-        return olds
 
     # ------------------------------------------------------------ launch
     def launch(self, grid, block, dynamic_smem, args):
@@ -469,12 +361,16 @@ class Machine:
         pkt.u8[:len(pk)] = np.frombuffer(pk, np.uint8)
         queue = mem.alloc(256)
         old = np.seterr(all="ignore")
+        self.hazards = Hazards(self.name)
         try:
             self._run_grid(grid, block, kbuf, pkt, queue)
         finally:
             np.seterr(**old)
             for b in (kbuf, pkt, queue):
                 mem.free(b)
+        error = self.hazards.error()
+        if error:
+            raise error
 
     def _run_grid(self, grid, block, kbuf, pkt, queue):
         kd = self.kernel.descriptor
@@ -521,16 +417,6 @@ class Machine:
             S[:, EXEC:EXEC + 2] = np.tile(exec_pair, (nb, 1))
             wave = np.repeat(ids, wpg) * wpg + np.tile(np.arange(wpg), nb)
             wgi = np.repeat(np.arange(nb), wpg)
-            L = max(self.lds_size, 4)
-            self.lds = np.zeros(nb * L, np.uint8)
-            self.lds32 = self.lds[:nb * L // 4 * 4].view(U32)
-            self.lds_size_alloc = L
-            if self.checks:
-                nd = (nb * L + 3) // 4
-                self.lds_w = np.full(nd, -1, I32)
-                self.lds_we = np.zeros(nd, I32)
-                self.lds_r = np.full(nd, -1, I32)
-                self.lds_re = np.zeros(nd, I32)
-                self.lds_tok = np.zeros(nd, I32)
-            g = Group(V, S, np.zeros(n, bool), wave, wgi, np.zeros(n, I32), self.entry_pc)
+            self.lds = Lds(nb, self.lds_size, self.checks, wpg)
+            g = Group(V, S, np.zeros(n, bool), wave, wgi, self.entry_pc)
             self.run_groups([g])

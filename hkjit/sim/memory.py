@@ -5,7 +5,6 @@ import bisect
 
 import numpy as np
 
-from .errors import SimHazardError
 
 BASE = 0x7F00_0000_0000      # first device address handed out
 ALIGN = 1 << 16              # allocations are 64 KiB aligned, with at least 64 KiB unmapped between
@@ -59,57 +58,55 @@ class Memory:
         return f"{addr:#x} is below every allocation"
 
     # ---------------------------------------------------------------- vectorised access
-    def _locate(self, addr, nbytes, what, err):
-        """addr: int64 array of active lanes' addresses. Returns [(alloc, mask)] covering all lanes,
-        or raises. nbytes: bytes each lane touches."""
+    # `report(message)` records an out-of-bounds access as a hazard; the lanes concerned read 0
+    # and their writes are dropped, so that a launch can go on and report everything it finds.
+    def _locate(self, addr, nbytes, what, report):
+        """addr: int64 array of active lanes' addresses, each touching nbytes. -> [(alloc, lane
+        mask or None for all)] covering the lanes that are inside an allocation."""
         lo, hi = int(addr.min()), int(addr.max())
         a = self.find(lo)
         if a is not None and hi + nbytes <= a.base + a.nbytes:
             return [(a, None)]
         out = []
         pos = np.searchsorted(np.asarray(self.bases, np.int64), addr, side="right") - 1
-        bad = pos < 0
-        for i in np.unique(pos[~bad]):
+        ok = pos >= 0
+        for i in np.unique(pos[ok]):
             al = self.allocs[i]
             m = pos == i
-            inb = addr[m] + nbytes <= al.base + al.nbytes
-            if not inb.all():
-                bad_addr = int(addr[m][~inb][0])
-                raise err(f"out-of-bounds global {what} of {nbytes} bytes: {self.describe(bad_addr)}")
-            out.append((al, m))
-        if bad.any():
-            raise err(f"out-of-bounds global {what}: {self.describe(int(addr[bad][0]))}")
+            m &= addr + nbytes <= al.base + al.nbytes
+            ok &= (pos != i) | m
+            if m.any():
+                out.append((al, m))
+        if not ok.all():
+            bad = int(addr[~ok][0])
+            report(f"out-of-bounds global {what} of {nbytes} bytes: {self.describe(bad)}"
+                   + (f" (and {int((~ok).sum()) - 1} more lanes)" if (~ok).sum() > 1 else ""))
         return out
 
-    def load(self, addr, nbytes, err):
-        """addr: int64 array (k,) -> uint8 array (k, nbytes) (or uint32 (k, nbytes//4) when aligned)."""
-        if nbytes % 4 == 0 and not (addr & 3).any():
-            out = np.empty((addr.shape[0], nbytes // 4), np.uint32)
-            for a, m in self._locate(addr, nbytes, "load", err):
-                off = ((addr if m is None else addr[m]) - a.base) >> 2
-                idx = off[:, None] + np.arange(nbytes // 4)
-                if m is None:
-                    out = a.u32[idx]
-                else:
-                    out[m] = a.u32[idx]
-            return out
-        out = np.empty((addr.shape[0], nbytes), np.uint8)
-        for a, m in self._locate(addr, nbytes, "load", err):
+    def load(self, addr, nbytes, report):
+        """addr: int64 array (k,) -> uint32 (k, nbytes // 4) when nbytes is a multiple of 4 and
+        every address aligned, else uint8 (k, nbytes); out-of-bounds lanes read 0."""
+        aligned = nbytes % 4 == 0 and not (addr & 3).any()
+        out = np.zeros((addr.shape[0], nbytes // 4 if aligned else nbytes), np.uint32 if aligned else np.uint8)
+        for a, m in self._locate(addr, nbytes, "load", report):
             off = (addr if m is None else addr[m]) - a.base
-            idx = off[:, None] + np.arange(nbytes)
-            if m is None:
-                out = a.u8[idx]
+            if aligned:
+                rows = a.u32[(off >> 2)[:, None] + np.arange(nbytes // 4)]
             else:
-                out[m] = a.u8[idx]
-        if nbytes % 4 == 0:
+                rows = a.u8[off[:, None] + np.arange(nbytes)]
+            if m is None:
+                out = rows
+            else:
+                out[m] = rows
+        if nbytes % 4 == 0 and not aligned:
             return np.ascontiguousarray(out).view(np.uint32)
         return out
 
-    def store(self, addr, data, err):
-        """addr: int64 (k,); data: uint32 (k, n) or uint8 (k, nbytes)."""
+    def store(self, addr, data, report):
+        """addr: int64 (k,); data: uint32 (k, n) or uint8 (k, nbytes); out-of-bounds lanes are dropped."""
         nbytes = data.shape[1] * data.itemsize
         aligned = data.dtype == np.uint32 and not (addr & 3).any()
-        for a, m in self._locate(addr, nbytes, "store", err):
+        for a, m in self._locate(addr, nbytes, "store", report):
             ad = addr if m is None else addr[m]
             d = data if m is None else data[m]
             if aligned:
@@ -117,10 +114,3 @@ class Memory:
             else:
                 d8 = np.ascontiguousarray(d).view(np.uint8).reshape(len(ad), nbytes)
                 a.u8[(ad - a.base)[:, None] + np.arange(nbytes)] = d8
-
-    def view(self, addr, nbytes, err, what="access"):
-        """(allocation, byte offset) for a scalar access of nbytes at addr."""
-        a = self.find(addr)
-        if a is None or addr + nbytes > a.base + a.nbytes:
-            raise err(f"out-of-bounds global {what} of {nbytes} bytes: {self.describe(addr)}")
-        return a, addr - a.base

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from . import fp
+from . import coverage, fp
 
 U8, U16, U32 = np.uint8, np.uint16, np.uint32
 
@@ -51,11 +51,11 @@ def compile_mfma(o, inst, m):
     if scaled:
         fmts = {0: "fp8", 1: "bf8"}
         if f["cbsz"] not in fmts or f["blgp"] not in fmts:
-            raise o.err("f8f6f4 MFMA with fp6/fp4 operands is not simulated (only fp8/bf8)")
+            raise o.err(coverage.limit("mfma-fp6-fp4"))
         ta, tb = fmts[f["cbsz"]], fmts[f["blgp"]]
     else:
         if f["cbsz"] or f["abid"] or f["blgp"]:
-            raise o.err("MFMA broadcast controls (cbsz/abid/blgp) are not simulated")
+            raise o.err(coverage.limit("mfma-broadcast"))
         if "_" in intype and intype not in ("f8f6f4",):
             ta, tb = intype.split("_")
         else:
@@ -68,7 +68,7 @@ def compile_mfma(o, inst, m):
     a_row = o.vrow(f["src0"] - 256, acc=acc_a, count=na) if f["src0"] >= 256 else None
     b_row = o.vrow(f["src1"] - 256, acc=acc_b, count=nb) if f["src1"] >= 256 else None
     if a_row is None or b_row is None:
-        raise o.err("MFMA A/B operands must be registers")
+        raise o.err(coverage.limit("mfma-operand"))
     cd_acc = bool(f["acc_cd"])
     if f["src2"] >= 256:
         c_row = o.vrow(f["src2"] - 256, acc=cd_acc, count=R)

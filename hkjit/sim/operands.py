@@ -4,6 +4,7 @@ import struct
 
 import numpy as np
 
+from . import coverage
 from .errors import SimUnsupportedInstruction
 from .state import SGPR_KEY, EXEC
 
@@ -97,7 +98,7 @@ class Ops:
             if val is not None and self.packed16 and kind in ("f16", "b16"):
                 val = (val & 0xFFFF) * 0x10001   # packed 16-bit ops see the constant in both halves
         if val is None:
-            raise self.err(f"unsupported source operand {v}")
+            raise self.err(f"{coverage.limit('vector-operand')} ({v})")
         return np.full((1, 1), val & 0xFFFFFFFF, U32)
 
     packed16 = False
@@ -118,7 +119,7 @@ class Ops:
         else:
             val = inline_value(v, kind)
             if val is None:
-                raise self.err(f"unsupported 64-bit source operand {v}")
+                raise self.err(f"{coverage.limit('vector-operand')} ({v}, 64-bit)")
         c = np.full((1, 1), val, U64)
         return lambda g: c
 
@@ -146,14 +147,14 @@ class Ops:
             return lambda g: c
         val = inline_value(v, "b64" if wide else "b32")
         if val is None:
-            raise self.err(f"unsupported scalar source operand {v}")
+            raise self.err(f"{coverage.limit('scalar-operand')} ({v})")
         c = (U64 if wide else U32)(val)
         return lambda g: c
 
     def sdst(self, d, wide=False):
         """Writer (g, (n,) array) for a scalar destination."""
         if d > 127 or d == 125:
-            raise self.err(f"unsupported scalar destination {d}")
+            raise self.err(f"{coverage.limit('scalar-operand')} (destination {d})")
         self.sreg(d, 2 if wide else 1, write=True)
         touches_exec = d >= EXEC - (1 if wide else 0) and d <= EXEC + 1
         if wide:

@@ -3,8 +3,8 @@ Every scalar op is vectorised over the waves of a group: values are (n,) arrays.
 
 import numpy as np
 
-from .errors import SimError
-from .state import VCC, EXEC, pack_mask
+
+from .state import EXEC
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32, M64 = U32(0xFFFFFFFF), U64(0xFFFFFFFFFFFFFFFF)
@@ -358,7 +358,7 @@ def compile_smem(o, inst, m):
         d = o.sreg(f["sdata"], n, write=True)
         keys = frozenset(o.wk)
         addr_inst = inst.addr
-        err = m.err_factory(inst)
+        report = m.reporter(inst)
 
         def run(g):
             a = g.S[:, base].astype(I64) | (g.S[:, base + 1].astype(I64) & (0xFFFF if buffer else 0xFFFFFFFF)) << 32
@@ -366,7 +366,7 @@ def compile_smem(o, inst, m):
             if soff is not None:
                 a = a + np.asarray(soff(g)).astype(I64)
             a &= ~3
-            data = m.mem.load(a, 4 * n, lambda msg: err(g, msg))
+            data = m.mem.load(a, 4 * n, lambda msg: report(g, "out-of-bounds", msg))
             g.S[:, d:d + n] = data
             if m.checks:
                 g.lgkmq.append((keys, addr_inst, None))
@@ -374,7 +374,8 @@ def compile_smem(o, inst, m):
             if d <= EXEC + 1 < d + n or d <= EXEC < d + n:
                 g.update_exec()
         return run
-    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol"):
+    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol", "s_dcache_discard",
+                "s_dcache_discard_x2", "s_atc_probe", "s_atc_probe_buffer"):     # cache and TLB hints
         return lambda g: None
     if name == "s_memtime" or name == "s_memrealtime":
         w = o.sdst(f["sdata"], True)

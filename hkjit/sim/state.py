@@ -19,12 +19,12 @@ def unpack_mask(pair):
 
 
 class Group:
-    __slots__ = ("V", "S", "scc", "exec", "full", "pc", "wave", "wgi", "epoch", "pend", "vmq", "lgkmq",
+    __slots__ = ("V", "S", "scc", "exec", "full", "pc", "wave", "wgi", "pend", "vmq", "lgkmq",
                  "scale", "n")
 
-    def __init__(self, V, S, scc, wave, wgi, epoch, pc=0):
+    def __init__(self, V, S, scc, wave, wgi, pc=0):
         self.V, self.S, self.scc = V, S, scc
-        self.wave, self.wgi, self.epoch = wave, wgi, epoch
+        self.wave, self.wgi = wave, wgi
         self.pc = pc
         self.n = S.shape[0]
         self.pend = set()        # hazard keys written by loads not yet waited for
@@ -39,7 +39,7 @@ class Group:
 
     def take(self, m):
         """A new group of the waves selected by bool mask m (copies)."""
-        g = Group(self.V[:, m], self.S[m], self.scc[m], self.wave[m], self.wgi[m], self.epoch[m], self.pc)
+        g = Group(self.V[:, m], self.S[m], self.scc[m], self.wave[m], self.wgi[m], self.pc)
         g.pend, g.vmq, g.lgkmq, g.scale = set(self.pend), list(self.vmq), list(self.lgkmq), self.scale
         return g
 
@@ -51,6 +51,6 @@ class Group:
         f = groups[0]
         g = Group(np.concatenate([x.V for x in groups], axis=1), np.concatenate([x.S for x in groups]),
                   np.concatenate([x.scc for x in groups]), np.concatenate([x.wave for x in groups]),
-                  np.concatenate([x.wgi for x in groups]), np.concatenate([x.epoch for x in groups]), f.pc)
+                  np.concatenate([x.wgi for x in groups]), f.pc)
         g.pend, g.vmq, g.lgkmq, g.scale = set(f.pend), list(f.vmq), list(f.lgkmq), f.scale
         return g

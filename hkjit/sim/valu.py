@@ -5,30 +5,15 @@ import contextlib
 
 import numpy as np
 
-from . import fp
-from .decode import VOP3_VOP1_BASE, VOP3_VOP2_BASE
-from .state import VCC, EXEC, pack_mask, unpack_mask
+from . import coverage, fp
+from .state import VCC, EXEC, pack_mask
 
 U16, U32, U64, I16, I32, I64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
-SIGN = {"f32": U32(0x80000000), "f16": U16(0x8000), "f64": U64(1 << 63)}
-ABS = {"f32": U32(0x7FFFFFFF), "f16": U16(0x7FFF), "f64": U64((1 << 63) - 1)}
 VIEW = {"u32": U32, "i32": I32, "f32": F32, "b32": U32, "u16": U16, "i16": I16, "f16": F16, "b16": U16,
         "u64": U64, "i64": I64, "f64": F64, "b64": U64}
 WIDTH = {k: (16 if k[1:] == "16" else 64 if k[1:] == "64" else 32) for k in VIEW}
 errstate = contextlib.nullcontext()   # floating-point warnings are silenced for a whole launch
-
-
-def _f32(x):
-    return np.asarray(x, F32)
-
-
-def _fma32(a, b, c):
-    return (a.astype(F64) * b.astype(F64) + c.astype(F64)).astype(F32)
-
-
-def _sat_i(x, lo, hi):
-    return np.clip(x, lo, hi)
 
 
 def _cvt_f2i(x, lo, hi, t):
@@ -114,8 +99,10 @@ def _div_fixup(q, d, n):
     return np.where(special, exact.astype(q.dtype), q)
 
 
-# name -> (dst kind, (src kinds...), fn)
+# name -> (dst kind, (src kinds...), fn); more in valu_extra.py
 T = {}
+K_LITERAL = {}       # VOP2 with a constant K from the trailing literal: name -> K's source position
+ACCUMULATE = set()   # ops whose third source is the destination (like v_fmac_f32)
 
 
 def op(name, dk, sks, fn):
@@ -371,27 +358,6 @@ def _float(kind):
     return kind in ("f16", "f32", "f64")
 
 
-def _modify(reader, kind, neg, ab):
-    """Apply VOP3/DPP/SDWA abs then neg to a float source (on its raw bits)."""
-    if not _float(kind) or not (neg or ab):
-        return reader
-    w = WIDTH[kind]
-    if w == 64:
-        sign, mask = U64(1 << 63), U64((1 << 63) - 1)
-    elif w == 16:
-        sign, mask = U32(0x8000), U32(0xFFFF7FFF)
-    else:
-        sign, mask = U32(0x80000000), U32(0x7FFFFFFF)
-    def r(g):
-        x = reader(g)
-        if ab:
-            x = x & mask
-        if neg:
-            x = x ^ sign
-        return x
-    return r
-
-
 def _apply_omod_clamp(res, kind, omod, clamp):
     if not _float(kind):
         return res
@@ -444,7 +410,7 @@ def _dpp_reader(o, inst, kind):
     f = inst.f
     src = dpp_source_lanes(f["dpp_ctrl"])
     if src is None:
-        raise o.err(f"unsupported DPP control {f['dpp_ctrl']:#x}")
+        raise o.err(f"{coverage.limit('dpp-control')} ({f['dpp_ctrl']:#x})")
     r = o.vrow(f["src0"] - 256)
     valid = src >= 0
     srcc = np.where(valid, src, 0)
@@ -486,11 +452,11 @@ def compile_valu(o, inst, m):
     e64 = fam == "VOP3"
     lit = f.get("literal")
     srcs = [f["src0"], f.get("vsrc1", 0) + 256 if fam == "VOP2" else f.get("src1"), f.get("src2")]
-    mac = name.startswith(("v_fmac_", "v_mac_"))
-    if mac and not e64:
-        srcs[2] = f["vdst"] + 256
-    elif mac and e64:
-        srcs[2] = f["vdst"] + 256
+    if name.startswith(("v_fmac_", "v_mac_")) or name in ACCUMULATE:
+        srcs[2] = f["vdst"] + 256          # accumulates into the destination
+    if name in K_LITERAL:                  # v_fmamk_f32 / v_fmaak_f32 ...: K is the trailing literal
+        k = K_LITERAL[name]
+        srcs[k], srcs[3 - k] = 255, f["vsrc1"] + 256
     opsel = f.get("op_sel", 0) if e64 else 0
     neg = f.get("neg", 0) if (e64 or inst.sub) else 0
     ab = f.get("abs", 0) if (e64 or inst.sub) else 0
@@ -530,7 +496,7 @@ def compile_valu(o, inst, m):
     omod = f.get("omod", 0) if (e64 or inst.sub == "sdwa") else 0
     clamp = f.get("clamp", 0) if (e64 or inst.sub == "sdwa") else 0
     if clamp and not _float(dk):
-        raise o.err("integer clamp (saturation) is not simulated")
+        raise o.err(coverage.limit("integer-clamp" if dk not in ("b32",) else "packed-clamp"))
     hi_dst = e64 and wd == 16 and (opsel >> 3) & 1
     sdwa_dst = inst.sub == "sdwa" and fam != "VOPC" and (f["dst_sel"] != 6)
     if sdwa_dst:
@@ -609,7 +575,7 @@ def compile_vopc(o, inst, m):
     readers = []
     for i, (k, v) in enumerate(zip(kinds, srcs)):
         if inst.sub == "dpp":
-            raise o.err("DPP compares are not simulated")
+            raise o.err(coverage.limit("dpp-compare"))
         if WIDTH[k] == 64:
             rd = o.src64(v, k if _float(k) else "b64", lit)
         else:

@@ -1,12 +1,12 @@
-"""Vector memory: global / flat / scratch, buffer (MUBUF, incl. `lds` direct-to-LDS loads and
-out-of-range lanes), and LDS (DS) instructions, with the hazard bookkeeping they need."""
+"""Vector memory: global / flat instructions (incl. atomics and direct-to-LDS loads) and LDS (DS)
+instructions, with the hazard bookkeeping they need. Buffer instructions: buffer.py."""
 
 import re
 
 import numpy as np
 
-from .state import M0, SGPR_KEY
-from .errors import SimHazardError
+from . import atomics, coverage
+from .state import M0
 
 U8, U16, U32, U64, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 LANES = np.arange(64, dtype=I64)
@@ -55,7 +55,7 @@ def compile_global(o, inst, m):
     kind, rest = mo.group(2), mo.group(3)
     if fam == "SCRATCH":
         return None   # no scratch in hkjit kernels (checked: private_segment_fixed_size == 0)
-    err = m.err_factory(inst)
+    report = m.reporter(inst)
     saddr = f["saddr"] if fam == "GLOBAL" else 0x7F
     off = f["offset"]
     if saddr != 0x7F and saddr != 0x7D:
@@ -79,13 +79,13 @@ def compile_global(o, inst, m):
         return a[g.exec], g.exec
 
     if kind == "atomic":
-        return _compile_atomic(o, inst, m, rest, lanes, err, acc)
+        return _compile_atomic(o, inst, m, lanes, report, acc)
     if rest not in _SIZES:
         return None
     size, signed, d16 = _SIZES[rest]
     iaddr = inst.addr
     if kind == "load_lds":
-        return _compile_load_lds(o, inst, m, size, signed, lanes, err, lambda g, ln: ln)
+        return _compile_load_lds(o, inst, m, size, lanes, report)
     if kind == "load":
         nd = max(1, size // 4)
         d = o.vrow(f["vdst"], acc=acc, count=nd, write=True)
@@ -96,7 +96,7 @@ def compile_global(o, inst, m):
         def run(g):
             a, mask = lanes(g)
             if a.size:
-                data = m.mem.load(a, size, lambda msg: err(g, msg))
+                data = m.mem.load(a, size, _oob(report, g))
                 if size < 4:
                     v = _extend(data, size, signed)
                     if d16:
@@ -123,108 +123,81 @@ def compile_global(o, inst, m):
             if size < 4:
                 v = data[:, 0] >> U32(16) if d16 == "hi" else data[:, 0]
                 data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
-            m.mem.store(a, data, lambda msg: err(g, msg))
+            m.mem.store(a, data, _oob(report, g))
         _issue(m, g, "vm", keys, iaddr)
     return run
 
 
-_ATOMIC = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "smin": None, "umin": np.minimum,
-           "smax": None, "umax": np.maximum, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
-           "xor": lambda a, b: a ^ b, "swap": lambda a, b: b}
+def _oob(report, g, hint=""):
+    """The memory layer's callback for out-of-bounds lanes of wave group g."""
+    return lambda msg: report(g, "out-of-bounds", msg + hint)
 
 
-def _compile_atomic(o, inst, m, rest, lanes, err, acc):
+def _atomic_memory(m, a, data, spec, report, g, hint=""):
+    """Global atomic of spec (operation, type, bits) at byte addresses a (k,), data (k, words)
+    uint32; -> old values (k, bits/32) uint32, lanes serialised like the hardware. Misaligned
+    lanes are reported and left out."""
+    opn, typ, width = spec
+    nd = width // 32
+    olds = np.zeros(a.size, U32 if width == 32 else U64)
+    bad = a % (width // 8) != 0
+    if bad.any():
+        report(g, "misaligned", f"{width}-bit atomic at misaligned address {int(a[bad][0]):#x}")
+    va = atomics.words_to_bits(data[:, :nd], width)
+    vb = atomics.words_to_bits(data[:, nd:], width) if data.shape[1] > nd else None
+    oob = _oob(report, g, hint)
+
+    def apply(lanes):
+        old = atomics.words_to_bits(m.mem.load(a[lanes], width // 8, oob), width)
+        new = atomics.combine(opn, typ, width, old, va[lanes], None if vb is None else vb[lanes])
+        m.mem.store(a[lanes], atomics.bits_to_words(new, width), oob)
+        olds[lanes] = old
+    todo = np.nonzero(~bad)[0]
+    atomics.serialise(a[todo], lambda sel: apply(todo[sel]))
+    return atomics.bits_to_words(olds, width)
+
+
+def _atomic_operands(o, inst, spec, data_field, acc):
+    """(first data register, number of data registers, number of returned registers)."""
+    opn, _, width = spec
+    nd = width // 32
+    ndata = nd * (2 if opn == "cmpswap" else 1)
+    return o.vrow(inst.f[data_field], acc=acc, count=ndata), ndata, nd
+
+
+def _compile_atomic(o, inst, m, lanes, report, acc):
     f = inst.f
-    # global_atomic_add_f32 / pk_add_bf16 / add / max_i32 ...
-    mo = re.match(r"(add_f32|pk_add_f16|pk_add_bf16|add|sub|smin|umin|smax|umax|and|or|xor|swap|inc|dec)$", rest)
-    if not mo:
+    spec = atomics.parse_memory(inst.name)
+    if spec is None:
         return None
-    opn = mo.group(1)
+    s, ndata, nd = _atomic_operands(o, inst, spec, "data", acc)
     ret = bool(f["sc0"])
-    s = o.vrow(f["data"], acc=acc)
-    d = o.vrow(f["vdst"], acc=acc, write=True) if ret else None
+    d = o.vrow(f["vdst"], acc=acc, count=nd, write=True) if ret else None
     keys = frozenset(o.wk) if ret else frozenset()
     iaddr = inst.addr
 
     def run(g):
         a, mask = lanes(g)
-        if not a.size:
-            return
-        val = g.V[s].reshape(-1) if mask is None else g.V[s][mask]
-        olds = np.empty(a.size, U32)
-        # lanes in order; duplicates accumulate like the hardware's serialisation
-        for i in range(a.size):
-            al, off = m.mem.view(int(a[i]), 4, lambda msg: err(g, msg), "atomic")
-            cur = al.u8[off:off + 4].view(U32)
-            old = cur[0]
-            olds[i] = old
-            v = val[i]
-            if opn == "add_f32":
-                new = (np.float32(old.view(np.float32)) + v.view(np.float32)).astype(np.float32).view(U32)
-            elif opn in ("pk_add_f16", "pk_add_bf16"):
-                from . import fp
-                if opn == "pk_add_f16":
-                    x = np.array([old], U32).view(np.float16) + np.array([v], U32).view(np.float16)
-                    new = x.astype(np.float16).view(U32)[0]
-                else:
-                    xo = fp.bf16_to_f32(np.array([old & 0xFFFF, old >> 16]))
-                    xv = fp.bf16_to_f32(np.array([v & 0xFFFF, v >> 16]))
-                    r = fp.f32_to_bf16(xo + xv).astype(U32)
-                    new = r[0] | (r[1] << U32(16))
-            elif opn == "smin":
-                new = min(int(old.view(np.int32)), int(U32(v).view(np.int32))) & 0xFFFFFFFF
-            elif opn == "smax":
-                new = max(int(old.view(np.int32)), int(U32(v).view(np.int32))) & 0xFFFFFFFF
-            elif opn == "inc":
-                new = 0 if old >= v else old + 1
-            elif opn == "dec":
-                new = v if (old == 0 or old > v) else old - 1
-            else:
-                new = _ATOMIC[opn](U32(old), U32(v))
-            cur[0] = U32(int(new) & 0xFFFFFFFF)
-        if ret:
-            _scatter_rows(g, d, 1, olds[:, None], mask)
+        if a.size:
+            data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(ndata)], 1)
+            olds = _atomic_memory(m, a, data, spec, report, g)
+            if ret:
+                _scatter_rows(g, d, nd, olds, mask)
         _issue(m, g, "vm", keys, iaddr)
     return run
 
 
-def _lds_write_dma(m, g, mask, ldsaddr, data_bytes, size, err, inst):
-    """Direct-to-LDS write of `size` bytes per active lane; data_bytes (k, size) uint8 (0 for
-    out-of-range lanes). ldsaddr (n, 64) int64 byte addresses in the wave's workgroup."""
-    a = ldsaddr.reshape(-1) if mask is None else ldsaddr[mask]
-    wg = np.repeat(g.wgi, 64) if mask is None else np.broadcast_to(g.wgi[:, None], (g.n, 64))[mask]
-    if a.size == 0:
-        return None
-    if (a < 0).any() or (a + size > m.lds_size).any():
-        bad = int(a[(a < 0) | (a + size > m.lds_size)][0])
-        raise err(g, f"out-of-bounds LDS write (direct-to-LDS load) at byte {bad} of {size} bytes; the "
-                     f"workgroup has {m.lds_size} bytes of LDS")
-    flat = wg.astype(I64) * m.lds_size + a
-    m.lds[flat[:, None] + np.arange(size)] = data_bytes
-    token = None
-    if m.checks:
-        token = m.new_token()
-        idx = (flat[:, None] + np.arange(0, size, 4)) >> 2
-        m.lds_tok[idx] = token
-        waves = np.repeat(g.wave, 64) if mask is None else np.broadcast_to(g.wave[:, None], (g.n, 64))[mask]
-        ep = np.repeat(g.epoch, 64) if mask is None else np.broadcast_to(g.epoch[:, None], (g.n, 64))[mask]
-        m.lds_track_write(g, idx, np.broadcast_to(waves[:, None], idx.shape),
-                          np.broadcast_to(ep[:, None], idx.shape), inst)
-    return token
-
-
-def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
+def _compile_load_lds(o, inst, m, size, lanes_fn, report):
     """global_load_lds_* / buffer_load_* lds: LDS address = M0 + inst offset + lane * size."""
-    f = inst.f
-    off = f["offset"] if inst.fam == "MUBUF" else f["offset"]
+    off = inst.f["offset"]
     o.sreg(M0)
     iaddr = inst.addr
     if size not in (1, 2, 4) and not (m.arch == "gfx950" and size in (12, 16)):
-        raise o.err(f"direct-to-LDS load of {size} bytes is not available on {m.arch}")
+        raise o.err(f"{coverage.limit('lds-dma-size')}: {size} bytes on {m.arch}")
 
     def run(g, data=None, mask=None):
         ldsaddr = (g.S[:, M0].astype(I64)[:, None] + off + LANES * size) & 0xFFFFFFFF
-        tok = _lds_write_dma(m, g, mask, ldsaddr, data, size, err, inst)
+        tok = m.lds.write(g, mask, ldsaddr, size, data, report, dma=True) if data.shape[0] else None
         _issue(m, g, "vm", frozenset(), iaddr, tok)
 
     if inst.fam == "MUBUF":
@@ -232,131 +205,10 @@ def _compile_load_lds(o, inst, m, size, signed, lanes_fn, err, _):
 
     def run_global(g):
         a, mask = lanes_fn(g)
-        if not a.size:
-            _issue(m, g, "vm", frozenset(), iaddr)
-            return
-        data = m.mem.load(a, size, lambda msg: err(g, msg))
-        data = np.ascontiguousarray(data).view(U8).reshape(a.size, size)
+        data = np.ascontiguousarray(m.mem.load(a, size, _oob(report, g))).view(U8).reshape(a.size, size) \
+            if a.size else np.zeros((0, size), U8)
         run(g, data, mask)
     return run_global
-
-
-# ---------------------------------------------------------------- MUBUF
-def compile_mubuf(o, inst, m):
-    f, name = inst.f, inst.name
-    mo = re.match(r"buffer_(load|store|atomic)_(\w+)$", name)
-    if not mo:
-        return None
-    kind, rest = mo.group(1), mo.group(2)
-    if kind == "atomic" or rest not in _SIZES or f["idxen"]:
-        return None
-    size, signed, d16 = _SIZES[rest]
-    err = m.err_factory(inst)
-    rs = o.sreg(f["srsrc"], 4)
-    soff = o.ssrc(f["soffset"], False)
-    off = f["offset"]
-    va = o.vrow(f["vaddr"]) if f["offen"] else None
-    acc = bool(f.get("acc"))
-    nd = max(1, size // 4)
-    iaddr = inst.addr
-
-    def lanes(g):
-        R = g.S[:, rs:rs + 4]
-        base = R[:, 0].astype(I64) | (R[:, 1].astype(I64) & 0xFFFF) << 32
-        stride = (R[:, 1] >> 16) & 0x3FFF
-        if (stride != 0).any():
-            raise err(g, "strided (structured) buffer resources are not simulated")
-        nrec = R[:, 2].astype(I64)
-        voff = (g.V[va].astype(I64) if va is not None else np.zeros((g.n, 64), I64)) + off
-        so = np.broadcast_to(np.asarray(soff(g)).astype(I64), (g.n,))
-        addr = base[:, None] + so[:, None] + voff
-        # range check per dword (raw buffer): the SGPR offset is not part of it
-        comp = np.arange(0, max(size, 4) if size >= 4 else size, 4) if size >= 4 else np.array([0])
-        inr = (voff[..., None] + comp + min(size, 4)) <= nrec[:, None, None]   # (n, 64, ncomp)
-        return addr, inr
-
-    def err_hint(g, msg):
-        return err(g, msg + " (the lane is inside the buffer resource's num_records; the SGPR offset "
-                            "soffset is not part of a raw buffer's range check)")
-
-    if f["lds"]:
-        store_fn = _compile_load_lds(o, inst, m, size, signed, None, err, None)
-
-        def run(g):
-            addr, inr = lanes(g)
-            mask = None if g.full else g.exec
-            a = addr.reshape(-1) if mask is None else addr[mask]
-            ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
-            data = np.zeros((a.size, size), U8)
-            allok = ok.all(1)
-            if allok.any():
-                data[allok] = np.ascontiguousarray(
-                    m.mem.load(a[allok], size, lambda msg: err_hint(g, msg))).view(U8).reshape(-1, size)
-            part = ~allok & ok.any(1)
-            for i in np.nonzero(part)[0]:
-                for c in range(ok.shape[1]):
-                    if ok[i, c]:
-                        data[i, 4 * c:4 * c + 4] = np.ascontiguousarray(m.mem.load(a[i:i + 1] + 4 * c, 4, lambda msg: err_hint(g, msg))).view(U8)[0]
-            store_fn(g, data, mask)
-        return run
-
-    if kind == "load":
-        d = o.vrow(f["vdata"], acc=acc, count=nd, write=True)
-        if d16:
-            o.vrow(f["vdata"], acc=acc)
-        keys = frozenset(o.wk)
-
-        def run(g):
-            addr, inr = lanes(g)
-            mask = None if g.full else g.exec
-            a = addr.reshape(-1) if mask is None else addr[mask]
-            ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
-            if size >= 4:
-                data = np.zeros((a.size, nd), U32)
-                allok = ok.all(1)
-                if allok.any():
-                    data[allok] = m.mem.load(a[allok], size, lambda msg: err_hint(g, msg)).reshape(-1, nd)
-                for i in np.nonzero(~allok & ok.any(1))[0]:
-                    for c in range(nd):
-                        if ok[i, c]:
-                            data[i, c] = m.mem.load(a[i:i + 1] + 4 * c, 4, lambda msg: err_hint(g, msg))[0, 0]
-            else:
-                v = np.zeros(a.size, U32)
-                okk = ok[:, 0]
-                if okk.any():
-                    v[okk] = _extend(m.mem.load(a[okk], size, lambda msg: err_hint(g, msg)), size, signed)
-                if d16:
-                    old = (g.V[d].reshape(-1) if mask is None else g.V[d][mask])
-                    v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if d16 == "lo" else (old & U32(0xFFFF)) | (v << U32(16))
-                data = v[:, None]
-            if a.size:
-                _scatter_rows(g, d, nd, data, mask)
-            _issue(m, g, "vm", keys, iaddr)
-        return run
-    s = o.vrow(f["vdata"], acc=acc, count=nd)
-
-    def run(g):
-        addr, inr = lanes(g)
-        mask = None if g.full else g.exec
-        a = addr.reshape(-1) if mask is None else addr[mask]
-        ok = inr.reshape(-1, inr.shape[-1]) if mask is None else inr[mask]
-        data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(nd)], 1)
-        if size < 4:
-            v = data[:, 0] >> U32(16) if d16 == "hi" else data[:, 0]
-            data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
-            sel = ok[:, 0]
-            if sel.any():
-                m.mem.store(a[sel], data[sel], lambda msg: err_hint(g, msg))
-        else:
-            allok = ok.all(1)
-            if allok.any():
-                m.mem.store(a[allok], data[allok], lambda msg: err_hint(g, msg))
-            for i in np.nonzero(~allok & ok.any(1))[0]:
-                for c in range(nd):
-                    if ok[i, c]:
-                        m.mem.store(a[i:i + 1] + 4 * c, data[i:i + 1, c:c + 1], lambda msg: err_hint(g, msg))
-        _issue(m, g, "vm", frozenset(), iaddr)
-    return run
 
 
 # ---------------------------------------------------------------- LDS
@@ -379,8 +231,8 @@ _TR16_ELEM = np.array([[l & 3] * 4 for l in range(64)])
 def compile_ds(o, inst, m):
     f, name = inst.f, inst.name
     if f["gds"]:
-        return None
-    err = m.err_factory(inst)
+        raise o.err(coverage.limit("gds"))
+    report = m.reporter(inst)
     iaddr = inst.addr
     acc = bool(f.get("acc"))
     if name == "ds_nop":
@@ -449,7 +301,7 @@ def compile_ds(o, inst, m):
             parts = []
             for oo in offs:
                 a = (base + oo) & 0xFFFFFFFF
-                parts.append(m.lds_read(g, mask, a, size, err, inst))
+                parts.append(m.lds.read(g, mask, a, size, report))
             if tr:
                 # (k, 8) bytes per active lane -> gather over full wave then transpose
                 full = np.zeros((g.n, 64, 4), U16)
@@ -497,24 +349,29 @@ def compile_ds(o, inst, m):
                     data = np.ascontiguousarray(v).view(U8).reshape(-1, 4)[:, :size]
                 else:
                     data = np.ascontiguousarray(data).view(U8).reshape(-1, size)
-                m.lds_write(g, mask, (base + oo) & 0xFFFFFFFF, size, data, err, inst)
+                m.lds.write(g, mask, (base + oo) & 0xFFFFFFFF, size, data, report)
             _issue(m, g, "lgkm", frozenset(), iaddr)
         return run
-    mo = re.match(r"ds_(add|sub|min|max|and|or|xor)(_rtn)?_(u32|i32|f32)$", name)
-    if mo:
-        opn, rtn, typ = mo.groups()
-        s = o.vrow(f["data0"])
-        d = o.vrow(f["vdst"], write=True) if rtn else None
+    spec = atomics.parse_ds(name)
+    if spec:
+        opn, typ, width, rtn = spec
+        nd = width // 32
+        srcs = [o.vrow(f["data0"], acc=acc, count=nd)]
+        if opn in ("cmpst", "mskor"):
+            srcs.append(o.vrow(f["data1"], acc=acc, count=nd))
+        d = o.vrow(f["vdst"], acc=acc, count=nd, write=True) if rtn else None
         keys = frozenset(o.wk)
         off = f["offset"]
 
         def run(g):
             mask = None if g.full else g.exec
             a = (g.V[ad].astype(I64) + off) & 0xFFFFFFFF
-            val = g.V[s].reshape(-1) if mask is None else g.V[s][mask]
-            olds = m.lds_atomic(g, mask, a, val, opn, typ, err, inst)
-            if rtn:
-                _scatter_rows(g, d, 1, olds[:, None], mask)
+            data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask])
+                             for s in srcs for i in range(nd)], 1)
+            if data.shape[0]:
+                olds = m.lds.atomic(g, mask, a, data, (opn, typ, width), report)
+                if rtn:
+                    _scatter_rows(g, d, nd, olds, mask)
             _issue(m, g, "lgkm", keys, iaddr)
         return run
     return None

@@ -4,9 +4,10 @@ register moves and VOP3P packed math."""
 
 import numpy as np
 
-from . import fp
+from . import coverage, fp
 from .state import VCC, EXEC, pack_mask, unpack_mask
-from .valu import _typed, _bits, errstate, VIEW, WIDTH
+from .valu import _typed, _bits, errstate, VIEW
+from .valu_extra import _lanes, maximum, minimum
 
 U16, U32, U64, I16, I32, I64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -25,11 +26,20 @@ def _lane_mask_reader(o, v):
     return lambda g: unpack_mask(g.S[:, s:s + 2])
 
 
+# VOP1/VOP2 instructions of this module that have DPP or SDWA forms the simulator refuses
+NOT_ELEMENTWISE = {"v_cndmask_b32", "v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_addc_co_u32",
+                   "v_subb_co_u32", "v_subbrev_co_u32", "v_readfirstlane_b32", "v_swap_b32", "v_accvgpr_read_b32",
+                   "v_accvgpr_write_b32", "v_accvgpr_mov_b32", "v_permlane16_swap_b32", "v_permlane32_swap_b32",
+                   "v_nop", "v_clrexcp"}
+
+
 def compile_special(o, inst, m):
     f, name = inst.f, inst.name
     e64 = inst.fam == "VOP3"
     lit = f.get("literal")
     if inst.sub and name not in ("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8"):
+        if name in NOT_ELEMENTWISE:
+            raise o.err(coverage.limit("dpp-sdwa"))
         return None
     if name == "v_nop" or name == "v_clrexcp":
         return lambda g: None
@@ -58,7 +68,7 @@ def compile_special(o, inst, m):
         o.sreg(sd, 2, write=True)
         d = o.vrow(f["vdst"], write=True)
         if f.get("clamp") and e64:
-            raise o.err("clamp on carry ops is not simulated")
+            raise o.err(coverage.limit("integer-clamp"))
 
         def run(g):
             x, y = a(g).astype(I64), b(g).astype(I64)
@@ -312,7 +322,12 @@ _PK16 = {
     "v_pk_max_i16": ("i16", 2, np.maximum), "v_pk_min_i16": ("i16", 2, np.minimum),
     "v_pk_max_u16": ("u16", 2, np.maximum), "v_pk_min_u16": ("u16", 2, np.minimum),
     "v_pk_mad_u16": ("u16", 3, lambda a, b, c: a * b + c), "v_pk_mad_i16": ("i16", 3, lambda a, b, c: a * b + c),
+    "v_pk_minimum3_f16": ("f16", 3, lambda a, b, c: minimum(minimum(a, b), c)),
+    "v_pk_maximum3_f16": ("f16", 3, lambda a, b, c: maximum(maximum(a, b), c)),
 }
+# integer dot products: name -> (bits per element, elements, signed)
+_IDOT = {"v_dot2_i32_i16": (16, 2, True), "v_dot2_u32_u16": (16, 2, False), "v_dot4_i32_i8": (8, 4, True),
+         "v_dot4_u32_u8": (8, 4, False), "v_dot8_i32_i4": (4, 8, True), "v_dot8_u32_u4": (4, 8, False)}
 _PK32 = {
     "v_pk_fma_f32": (3, lambda a, b, c: (a.astype(F64) * b + c.astype(F64)).astype(F32)),
     "v_pk_mul_f32": (2, lambda a, b: a * b), "v_pk_add_f32": (2, lambda a, b: a + b),
@@ -414,6 +429,20 @@ def compile_vop3p(o, inst, m):
                     hb = h.view(U16).astype(U32)
                     old = g.V[d]
                     _write(g, d, (old & U32(0xFFFF0000)) | hb if name.endswith("lo_f16") else (old & U32(0xFFFF)) | (hb << U32(16)))
+        return run
+    if name in _IDOT:
+        width, count, signed = _IDOT[name]
+        if clamp:
+            raise o.err(coverage.limit("integer-clamp"))
+        rds = [o.src32(f[f"src{i}"], "b32") for i in range(3)]
+        d = o.vrow(f["vdst"], write=True)
+
+        def run(g):
+            a, b, c = [np.broadcast_to(r(g), (g.n, 64)) for r in rds]
+            acc = c.view(I32).astype(I64) if signed else c.astype(I64)
+            for x, y in zip(_lanes(a, width, count, signed), _lanes(b, width, count, signed)):
+                acc = acc + x * y
+            _write(g, d, (acc & 0xFFFFFFFF).astype(U32))
         return run
     if name in ("v_dot2_f32_f16", "v_dot2_f32_bf16"):
         rds = [o.src32(f[f"src{i}"], "b16" if i < 2 else "f32") for i in range(3)]

@@ -53,3 +53,41 @@ def test_checks_off_runs_the_racy_kernel(arch):
     x = np.arange(128, dtype=np.int32)
     run(build("hazards.hip", arch, ("BARRIER=0",)), "missing_barrier", arch, (1, 1, 1), (128, 1, 1),
         [x, np.zeros(128, np.int32)], checks=False)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_all_hazards_of_a_launch_are_reported(arch):
+    x = np.arange(128, dtype=np.int32)
+    with pytest.raises(SimHazardError) as e:
+        run(build("hazards.hip", arch), "three_hazards", arch, (1, 1, 1), (128, 1, 1),
+            [x, np.zeros(128, np.int32), 100])
+    rules = sorted(h.rule for h in e.value.hazards)
+    assert rules == ["lds-race", "missing-waitcnt", "out-of-bounds"], rules
+    msg = str(e.value)
+    for h in e.value.hazards:
+        assert h.inst and h.wave and h.pc >= 0 and f"[{h.rule}]" in msg
+    race = next(h for h in e.value.hazards if h.rule == "lds-race")
+    assert "ds_read" in race.inst and "no s_barrier" in race.message
+    oob = next(h for h in e.value.hazards if h.rule == "out-of-bounds")
+    assert "global_store_dword" in oob.inst and "out-of-bounds global store" in oob.message
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lds_races_are_tracked_by_byte(arch):
+    x = np.random.default_rng(3).integers(0, 65535, 128).astype(np.uint16)
+    _, o = run(build("hazards.hip", arch, ("RACE=0",)), "halves", arch, (1, 1, 1), (128, 1, 1),
+               [x, np.zeros(64, np.uint32)])
+    np.testing.assert_array_equal(o, x[:64].astype(np.uint32) | x[64:].astype(np.uint32) << 16)
+    with pytest.raises(SimHazardError) as e:
+        run(build("hazards.hip", arch, ("RACE=1",)), "halves", arch, (1, 1, 1), (128, 1, 1),
+            [x, np.zeros(64, np.uint32)])
+    assert [h.rule for h in e.value.hazards] == ["lds-race"]
+    assert "LDS byte 20 written by wave 0" in e.value.hazards[0].message
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hazard_collection_is_bounded(arch):
+    with pytest.raises(SimHazardError) as e:
+        run(build("hazards.hip", arch), "oob_loop", arch, (1, 1, 1), (64, 1, 1), [np.zeros(64, np.int32), 64, 10**6])
+    assert "the launch was stopped after" in str(e.value)
+    assert e.value.hazards[0].rule == "out-of-bounds" and e.value.hazards[0].count >= 1000
