@@ -8,6 +8,7 @@ import numpy as np
 
 from . import buffer, coverage, mfma, salu, salu_extra, valu, vmem, vspecial
 from . import valu_extra  # noqa: F401 (its ops join valu.T)
+from .. import targets
 from .decode import decode
 from .errors import SimError, SimHazardError, SimUnsupportedInstruction
 from .hazards import Hazards
@@ -16,7 +17,6 @@ from .operands import Ops, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
 from .state import EXEC, SGPR_KEY, VCC, Group, pack_mask
 
 U32, I32, I64, U64 = np.uint32, np.int32, np.int64, np.uint64
-LDS_LIMIT = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
 V_BUDGET = 256 << 20     # bytes of register state per batch of workgroups
 
 _SOPP_NOP = {"s_nop", "s_setprio", "s_sleep", "s_icache_inv", "s_incperflevel", "s_decperflevel",
@@ -321,8 +321,9 @@ class Machine:
         if threads > maxf:
             raise SimError(f"block of {threads} threads exceeds the kernel's maximum of {maxf}", kernel=self.name)
         self.lds_size = int(kd.group_segment_fixed_size) + int(dynamic_smem)
-        if self.lds_size > LDS_LIMIT[self.arch]:
-            raise SimError(f"the kernel needs {self.lds_size} bytes of LDS; {self.arch} has {LDS_LIMIT[self.arch]}",
+        lds_limit = targets.parse(self.arch).smem_per_block
+        if self.lds_size > lds_limit:
+            raise SimError(f"the kernel needs {self.lds_size} bytes of LDS; {self.arch} has {lds_limit}",
                            kernel=self.name)
         if kd.private_segment_fixed_size or meta.get(".private_segment_fixed_size", 0):
             raise SimError("kernels using scratch (private segment) are not simulated", kernel=self.name)
