@@ -125,7 +125,7 @@ def test_hiprtc_compile_error(rocm_env):
 
 
 def test_hip_python_without_a_hip_runtime(rocm_env, tmp_path):
-    """hip-python installed, ROCm not: DeviceError for rocm:N, and AMD code still compiles (clang)."""
+    """hip-python installed, no usable ROCm: DeviceError for rocm:N, and AMD code still compiles (clang)."""
     _run(rocm_env, "no_runtime", ROCM_PATH=str(tmp_path), LD_LIBRARY_PATH=None, HKJIT_COMPILER=None)
 
 
@@ -457,6 +457,7 @@ def case_no_runtime():
     from hkjit import compiler, runtime, targets
     from hkjit.errors import DeviceError
     assert runtime.gpu_count("rocm") == 0
-    with pytest.raises(DeviceError, match="HIP runtime"):
+    # No libamdhip64 at all, or a system one (e.g. Debian's libamdhip64-5) that sees no GPU.
+    with pytest.raises(DeviceError, match="HIP runtime|ROCm device 0 does not exist"):
         runtime.from_string("rocm:0")
     assert compiler.find_compiler(targets.parse("gfx942")).name == "clang"
