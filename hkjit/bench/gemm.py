@@ -11,28 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .timing import median_ms as _bench
+
 SHAPES_FULL = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (4096, 14336, 4096),
                (4096, 4096, 14336), (128, 8192, 8192), (16, 4096, 4096)]
 SHAPES_QUICK = [(4096, 4096, 4096), (8192, 8192, 8192), (128, 8192, 8192), (16, 4096, 4096)]
-
-
-def _bench(fn, warmup_ms=100, rep_ms=400):
-    try:
-        from triton.testing import do_bench
-        return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
-    except ImportError:
-        import torch
-        for _ in range(10):
-            fn()
-        times = []
-        for _ in range(50):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
 
 
 def _inputs(M, N, K, dtype, layout, copies):
