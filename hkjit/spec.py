@@ -95,8 +95,6 @@ def render(spec: Specialization) -> str:
             f"using hkjit_kernel = {spec.kernel_type};\n"
             + "".join(f'static_assert(hkjit_kernel::{k} == {v}, "hkjit: the Python plan and the C++ kernel '
                       f'disagree on {k}");\n' for k, v in spec.checks)
-            + (f'static_assert(hk::arch::lds_bytes == {spec.target.smem_per_block}, "hkjit: targets.py and the '
-               f'tile library disagree on the LDS size of {spec.target.arch}");\n' if spec.target.is_amd else "")
             + f"HK_ENTRY({spec.entry}, hkjit_kernel)\n")
 
 

@@ -158,3 +158,24 @@ def test_precompile_manifest_with_every_op_serves_them_offline(tmp_path, cache_d
     proc = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False] * 9
+
+
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_lds_size_is_one_fact(tmp_path, arch):
+    """targets.py's LDS size and the tile library's hk::arch::lds_bytes are the same number: the
+    compiler checks it (and refuses a wrong one)."""
+    from hkjit import codeobj, compiler
+    target = targets.parse(arch)
+    comp = compiler.find_compiler(target, "clang")
+
+    def probe(lds):
+        unit = ('#include "hk/hk.hpp"\n'
+                f'static_assert(hk::arch::lds_bytes == {lds}, "LDS size differs");\n'
+                'extern "C" __global__ void hkjit_probe(int* p) { p[0] = 1; }\n')
+        path = tmp_path / f"probe{lds}.hip"
+        path.write_text(unit)
+        return comp.compile(unit, path, target, [spec_mod.include_dir()], "hkjit_probe")
+    assert "hkjit_probe" in codeobj.symbols(probe(target.smem_per_block).code)
+    with pytest.raises(CompileError, match="LDS size differs"):
+        probe(target.smem_per_block + 1024)
