@@ -263,7 +263,7 @@ def compile_ds(o, inst, m):
         return run
     if name == "ds_swizzle_b32":
         ad = o.vrow(f["addr"])
-        s = o.vrow(f["data0"])
+        s = o.vrow(f["addr"])          # the data is in the address field (DS_1A)
         d = o.vrow(f["vdst"], write=True)
         off = f["offset"]
         keys = frozenset(o.wk)
