@@ -262,7 +262,8 @@ def compile_ds(o, inst, m):
             _issue(m, g, "lgkm", keys, iaddr)
         return run
     if name == "ds_swizzle_b32":
-        s = o.vrow(f["addr"])   # the value swizzled is the ADDR operand (ds_swizzle_b32 vdst, vaddr)
+        ad = o.vrow(f["addr"])
+        s = o.vrow(f["addr"])          # the data is in the address field (DS_1A)
         d = o.vrow(f["vdst"], write=True)
         off = f["offset"]
         keys = frozenset(o.wk)

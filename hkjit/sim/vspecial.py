@@ -290,7 +290,7 @@ def compile_special(o, inst, m):
         x = o.vrow(f["vdst"], write=True)
         y = o.vrow(f["src0"] - 256, write=True)
         o.vrow(f["vdst"]), o.vrow(f["src0"] - 256)
-        half = 32 if "32" in name else 16
+        half = 32 if name.startswith("v_permlane32") else 16
 
         def run(g):
             a, b = g.V[x].copy(), g.V[y].copy()

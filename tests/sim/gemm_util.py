@@ -1,7 +1,6 @@
 """Build and run the shipped CDNA GEMM (kernel_sources/gemm_cdna.hip + hkjit/ops/_cdna_gemm.py)
 directly with clang-22 on a SimDevice: independent of the rest of hkjit's compile layers."""
 
-import ctypes
 import os
 
 import numpy as np

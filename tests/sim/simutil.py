@@ -58,6 +58,50 @@ def build(source, arch, defines=(), include=None):
         return f.read()
 
 
+def _hip_toolchain():
+    """(HIP include root, device-library bitcode directory), or None where HIP's headers and the
+    ROCm device libraries are not installed (Debian: libamdhip64-dev rocm-device-libs)."""
+    for root in ("/opt/rocm", "/usr"):
+        if not os.path.exists(os.path.join(root, "include", "hip", "hip_runtime.h")):
+            continue
+        for bc in [os.path.join(root, "amdgcn", "bitcode")] + [os.path.join(root, "lib", d, "amdgcn", "bitcode")
+                                                                for d in ("x86_64-linux-gnu", "")]:
+            if os.path.exists(os.path.join(bc, "ocml.bc")):
+                return root, bc
+    return None
+
+
+HIP = _hip_toolchain()
+needs_hip_headers = pytest.mark.skipif(CLANG is None or HIP is None,
+                                       reason="HIP headers and ROCm device libraries are not installed "
+                                              "(Debian: apt-get install libamdhip64-dev rocm-device-libs)")
+
+
+@functools.lru_cache(maxsize=None)
+def build_hip(source, arch):
+    """Code object of tests/sim/kernels/<source> compiled against HIP's own headers, linking the
+    device library (ocml/ockl) as hipcc would."""
+    root, bc = HIP
+    isa = next((f for f in (f"oclc_isa_version_{arch[3:]}.bc", "oclc_isa_version_940.bc")
+                if os.path.exists(os.path.join(bc, f))))
+    libs = ["hip.bc", "ocml.bc", "ockl.bc", "oclc_finite_only_off.bc", "oclc_unsafe_math_off.bc", "oclc_daz_opt_off.bc",
+            "oclc_correctly_rounded_sqrt_on.bc", "oclc_wavefrontsize64_on.bc", "oclc_abi_version_500.bc", isa]
+    link = [a for lib in libs for a in ("-Xclang", "-mlink-builtin-bitcode", "-Xclang", os.path.join(bc, lib))]
+    src = os.path.join(KERNELS, source)
+    with open(src, "rb") as f:
+        key = hashlib.sha256(f.read() + arch.encode() + " ".join(link).encode()).hexdigest()[:20]
+    os.makedirs(_CACHE, exist_ok=True)
+    out = os.path.join(_CACHE, f"{key}.hip.hsaco")
+    if not os.path.exists(out):
+        # older HIP headers still read __AMDGCN_WAVEFRONT_SIZE, which clang no longer defines
+        subprocess.run([CLANG, "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", f"--offload-arch={arch}",
+                        "-O3", "-std=c++20", f"--rocm-path={root}", f"--hip-path={root}", "-nogpulib",
+                        "-D__AMDGCN_WAVEFRONT_SIZE=64", *link, "-o", out + ".tmp", src], check=True, capture_output=True)
+        os.replace(out + ".tmp", out)
+    with open(out, "rb") as f:
+        return f.read()
+
+
 def run(code, name, arch, grid, block, args, dynamic_smem=0, checks=True):
     """Launch with args: a list of NumPy arrays (passed as pointers, copied back after) and
     Python ints / floats / np scalars (packed by value, 4 bytes unless np.int64). Returns the
