@@ -131,10 +131,16 @@ def _scan(source: str) -> dict:
     return seen
 
 
+@functools.cache
+def _resolved_roots(*roots: Path) -> tuple:
+    return tuple((root.name, root.resolve()) for root in roots)
+
+
 def _rel(path: Path) -> str:
-    for root in (kernel_sources_dir(), include_dir()):
+    # Resolving costs syscalls: once per process and pair of folders.
+    for name, resolved in _resolved_roots(kernel_sources_dir(), include_dir()):
         try:
-            return f"{root.name}/{path.relative_to(root.resolve())}"
+            return f"{name}/{path.relative_to(resolved)}"
         except ValueError:
             continue
     return str(path)
