@@ -52,21 +52,22 @@ def addressing(o, inst, size):
         istride = 8 << (R[:, 3] >> 21 & 3)
         nrec = R[:, 2]
         col = (slice(None), None, None)
-        index = (g.V[vi].astype(I64) if idxen else np.zeros((g.n, 64), I64)) + np.where(add_tid[:, None], LANES, 0)
-        index &= M32
         voff = g.V[vo].astype(I64) if offen else np.zeros((g.n, 64), I64)
-        offset = (voff + inst_off)[..., None] + comp                                        # (n, 64, ncomp)
-        offset &= M32
-        ix = index[..., None]
-        linear = ix * stride[col] + offset
-        swz = (ix // istride[col] * stride[col] + offset // 4 * 4) * istride[col] + ix % istride[col] * 4 + offset % 4
-        boff = np.where(swizzle[col], swz, linear) & M32
+        offset = ((voff + inst_off) & M32)[..., None] + comp                                # (n, 64, ncomp)
         so = np.broadcast_to(np.asarray(soff(g)).astype(I64), (g.n,))
-        addr = (base + so)[col] + boff
+        start = (base + so)[col]
+        if not (stride.any() or add_tid.any()):              # raw buffers: the common case
+            return start + offset, offset + unit <= nrec[col]
+        index = (g.V[vi].astype(I64) if idxen else np.zeros((g.n, 64), I64)) + np.where(add_tid[:, None], LANES, 0)
+        ix = (index & M32)[..., None]
+        boff = ix * stride[col] + offset
+        if swizzle.any():
+            swz = (ix // istride[col] * stride[col] + offset // 4 * 4) * istride[col] + ix % istride[col] * 4 + offset % 4
+            boff = np.where(swizzle[col], swz, boff)
         raw = offset + unit <= nrec[col]
         checked_offset = (add_tid[col] | bool(idxen)) & (offset >= stride[col])
         structured = (ix < nrec[col]) & ~checked_offset
-        return addr, np.where((stride == 0)[col], raw, structured)
+        return start + (boff & M32), np.where((stride == 0)[col], raw, structured)
     return run
 
 
@@ -214,3 +215,13 @@ def _compile_atomic(o, inst, m, spec, acc, hazard):
             _scatter_rows(g, s, nd, olds, mask)
         _issue(m, g, "vm", keys, inst.addr)
     return run
+
+
+def compilers(names):
+    out = {}
+    for n in names:
+        mo = re.match(r"buffer_(load|store)_(\w+)$", n)
+        if n in ("buffer_wbl2", "buffer_inv") or (n.startswith("buffer_") and atomics.parse_memory(n)) or \
+                (mo and mo.group(2) in _SIZES):
+            out[n] = compile_mubuf
+    return out

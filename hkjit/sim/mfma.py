@@ -135,3 +135,9 @@ def compile_ld_scale(o, inst, m):
         a, b = sa(g), sb(g)
         g.scale = (lambda g, a=a: a, lambda g, b=b: b)
     return run
+
+
+def compilers(names):
+    out = {n: compile_mfma for n in names if _NAME.match(n)}
+    out.update({n: compile_ld_scale for n in names if n == "v_mfma_ld_scale_b32"})
+    return out

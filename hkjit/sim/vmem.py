@@ -376,3 +376,17 @@ def compile_ds(o, inst, m):
             _issue(m, g, "lgkm", keys, iaddr)
         return run
     return None
+
+
+_DS_OTHER = {"ds_nop", "ds_bpermute_b32", "ds_permute_b32", "ds_swizzle_b32"}
+
+
+def compilers(names):
+    out = {}
+    for n in names:
+        if n in _DS_READ or n in _DS_WRITE or n in _DS_OTHER or atomics.parse_ds(n):
+            out[n] = compile_ds
+        mo = re.match(r"(global|flat)_(load_lds|load|store|atomic)_(\w+)$", n)
+        if mo and (mo.group(3) in _SIZES or atomics.parse_memory(n)):
+            out[n] = compile_global
+    return out
