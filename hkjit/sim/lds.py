@@ -20,12 +20,15 @@ class Lds:
 
     # ------------------------------------------------------------ addressing
     def lanes(self, g, mask, a, size, report, what):
-        """Active lanes' flat byte addresses (k,) and the row of each lane's wave in the group;
-        lanes outside the workgroup's LDS are reported, and `keep` (or None) leaves them out."""
+        """Active lanes' flat byte addresses (k,), `keep` (None, or which lanes are inside the
+        workgroup's LDS: the others are reported) and the row of each lane's wave in the group
+        (None when every lane of the group is active: lane i is then in row i // 64)."""
         n = g.n
         if mask is None:
-            a = a.reshape(-1)
-            rows = np.repeat(np.arange(n), 64)
+            bad = (a < 0) | (a + size > self.size)
+            if not bad.any():
+                return (g.wgi[:, None].astype(I64) * self.stride + a).reshape(-1), None, None
+            a, rows = a.reshape(-1), np.repeat(np.arange(n), 64)
         else:
             a = a[mask]
             rows = np.broadcast_to(np.arange(n)[:, None], (n, 64))[mask]
@@ -41,19 +44,22 @@ class Lds:
 
     # ------------------------------------------------------------ access
     def read(self, g, mask, a, size, report):
-        """(k, size) uint8: the bytes each active lane reads (0 for lanes out of bounds)."""
+        """What each active lane reads (0 for lanes out of bounds): (k, size / 4) uint32 words
+        when every lane reads whole aligned dwords, else (k, size) uint8."""
         flat, keep, rows = self.lanes(g, mask, a, size, report, "read")
+        didx = None
         if size % 4 == 0 and not (flat & 3).any():
-            data = self.u32[(flat >> 2)[:, None] + np.arange(size // 4)].view(U8).reshape(-1, size)
+            didx = (flat >> 2)[:, None] + np.arange(size // 4)
+            data = self.u32[didx]
         elif size == 2 and not (flat & 1).any():
             data = self.data.view(np.uint16)[flat >> 1].view(U8).reshape(-1, 2)
         else:
             data = self.data[flat[:, None] + np.arange(size)]
         if keep is not None:
             data[~keep] = 0
-            flat, rows = flat[keep], rows[keep]
-        if self.races and flat.size:
-            self.races.read(g, flat, size, rows, report)
+            flat, rows, didx = flat[keep], rows[keep], None
+        if self.races is not None and flat.size:
+            self.races.read(g, flat, size, rows, report, didx)
         return data
 
     def write(self, g, mask, a, size, data, report, dma=False):
@@ -63,13 +69,14 @@ class Lds:
             flat, rows, data = flat[keep], rows[keep], data[keep]
         if not flat.size:
             return None
-        if self.races:
-            self.races.write(g, flat, size, rows, report)
-        if size % 4 == 0 and not (flat & 3).any():
-            self.u32[(flat >> 2)[:, None] + np.arange(size // 4)] = np.ascontiguousarray(data).view(U32).reshape(-1, size // 4)
+        didx = (flat >> 2)[:, None] + np.arange(size // 4) if size % 4 == 0 and not (flat & 3).any() else None
+        if self.races is not None:
+            self.races.write(g, flat, size, rows, report, didx)
+        if didx is not None:
+            self.u32[didx] = np.ascontiguousarray(data).view(U32).reshape(-1, size // 4)
         else:
             self.data[flat[:, None] + np.arange(size)] = data
-        if dma and self.races:
+        if dma and self.races is not None:
             return self.races.mark(flat, size)
         return None
 
@@ -82,8 +89,9 @@ class Lds:
         flat, keep, rows = self.lanes(g, mask, a, nb, report, "atomic")
         bad = flat % nb != 0
         if bad.any():
-            report(g, "misaligned", f"LDS atomic of {nb} bytes at misaligned address {int(flat[bad][0] % self.stride)}",
-                   int(rows[bad][0]))
+            j = int(np.argmax(bad))
+            report(g, "misaligned", f"LDS atomic of {nb} bytes at misaligned address {int(flat[j] % self.stride)}",
+                   int(rows[j]) if rows is not None else j // 64)
         keep = ~bad if keep is None else keep & ~bad
         mem = self.u32 if width == 32 else self.data.view(U64)
         idx = flat // nb
@@ -103,7 +111,7 @@ class Lds:
     def barrier(self):
         """All waves of every workgroup of the batch passed an s_barrier: earlier accesses are
         ordered before later ones."""
-        if self.races:
+        if self.races is not None:
             self.races.barrier()
 
     def retire(self, token):

@@ -34,117 +34,153 @@ class Races:
         self.stride, self.wpg = stride, wpg
         self.W = np.zeros(ndwords, U32)
         self.R = np.zeros(ndwords, U64)
-        self.touched = np.zeros(ndwords, bool)       # read since the barrier
+        self.touched = np.zeros(ndwords, bool)       # read since the barrier (built when first needed)
+        self.touched_built = False
         self.log = []                                # reads not yet merged into R
-        self.merged = False                          # R holds reads of this interval
-        self.tok = np.zeros(ndwords, I32)
-        self.tok_live = np.zeros(256, bool)
-        self.ntok = 1
+        self.merged = False                          # R holds the reads of this interval
+        self.pending = np.zeros(ndwords, bool)       # written by a direct-to-LDS load not yet waited for
+        self.tokens = {}                              # token -> the dwords of its load
+        self.ntok, self.live = 1, 0
 
     # ------------------------------------------------------------ the dwords an access touches
-    def _dwords(self, flat, size, rows):
-        """(dword indices, byte masks, rows) flattened over lanes x dwords touched."""
-        if size % 4 == 0 and not (flat & 3).any():          # whole dwords: byte masks None (all 4)
-            d = ((flat >> 2)[:, None] + np.arange(size // 4)).reshape(-1)
-            return d, None, np.repeat(rows, size // 4)
-        if size < 4 and ((flat & 3) + size <= 4).all():          # within one dword (16/8-bit accesses)
-            return flat >> 2, (((1 << size) - 1) << (flat & 3)).astype(U8), rows
-        first = flat >> 2
-        nd = int(((flat + size - 1) >> 2).max() - first.min()) + 1 if flat.size else 1
-        nd = min(nd, size // 4 + 2)
-        d = first[:, None] + np.arange(nd)
-        lo = np.clip(flat[:, None] - 4 * d, 0, 4)
-        hi = np.clip(flat[:, None] + size - 4 * d, 0, 4)
-        m = ((1 << hi) - 1) & ~((1 << lo) - 1)
-        keep = (m > 0).reshape(-1)
-        return d.reshape(-1)[keep], m.reshape(-1)[keep].astype(U8), np.repeat(rows, nd)[keep]
+    def _dwords(self, g, flat, size, rows, didx=None):
+        """(dword indices, byte masks (None: all 4 bytes), rows of their waves). With rows None
+        (all lanes of the group active) the arrays are (n, 64 x dwords per lane), one row per wave.
+        didx: the (k, size / 4) dword indices of an aligned access, if the caller has them."""
+        if didx is not None:
+            per, d, bm = size // 4, didx, None
+        elif size % 4 == 0 and not (flat & 3).any():
+            per, d, bm = size // 4, (flat >> 2)[:, None] + np.arange(size // 4), None
+        elif size < 4 and ((flat & 3) + size <= 4).all():          # within one dword (16/8-bit accesses)
+            per, d, bm = 1, (flat >> 2)[:, None], (((1 << size) - 1) << (flat & 3)).astype(U8)[:, None]
+        else:                                                      # unaligned: lanes may touch more dwords
+            if rows is None:
+                rows = np.repeat(np.arange(g.n), 64)
+            first = flat >> 2
+            nd = min(int(((flat + size - 1) >> 2).max() - first.min()) + 1, size // 4 + 2)
+            d = first[:, None] + np.arange(nd)
+            lo = np.clip(flat[:, None] - 4 * d, 0, 4)
+            hi = np.clip(flat[:, None] + size - 4 * d, 0, 4)
+            m = ((1 << hi) - 1) & ~((1 << lo) - 1)
+            keep = (m > 0).reshape(-1)
+            return d.reshape(-1)[keep], m.reshape(-1)[keep].astype(U8), np.repeat(rows, nd)[keep]
+        if rows is None:
+            return d.reshape(g.n, -1), None if bm is None else bm.reshape(g.n, -1), None
+        return d.reshape(-1), None if bm is None else bm.reshape(-1), np.repeat(rows, per)
+
+    def _wiw(self, g, rows):
+        """Wave-in-workgroup of each element (broadcastable to the dword array)."""
+        w = (g.wave % self.wpg).astype(U32)
+        return w[:, None] if rows is None else w[rows]
+
+    @staticmethod
+    def _row(d, rows, j):
+        return j // d.shape[1] if rows is None else int(rows[j])
 
     # ------------------------------------------------------------ checks
-    def read(self, g, flat, size, rows, report):
-        d, bm, rows = self._dwords(flat, size, rows)
-        whole = bm is None
-        wiw = (g.wave[rows] % self.wpg).astype(U32)
-        me4 = (wiw + U32(1)) * REP8
+    def read(self, g, flat, size, rows, report, didx=None):
+        d, bm, rows = self._dwords(g, flat, size, rows, didx)
         W = self.W[d]
-        if not whole:
-            W = W & W_MASK[bm]
-            me4 &= W_MASK[bm]
-        other = _nonzero_bytes(W) & _nonzero_bytes(W ^ me4)
-        if other.any():
-            j = int(np.argmax(other != 0))
-            b = self._first(other[j])
-            report(g, "lds-race", f"LDS race: wave {self._wave(g, rows[j], wiw[j])} reads LDS byte "
-                                  f"{(int(d[j]) * 4 + b) % self.stride} written by wave "
-                                  f"{self._wave(g, rows[j], (int(W[j]) >> (8 * b) & 0xFF) - 1)} of the same "
-                                  f"workgroup with no s_barrier in between", int(rows[j]))
-        if self.ntok > 1:
-            live = self.tok_live[self.tok[d]]
+        if W.any():                          # most reads come after a barrier: nothing written yet
+            wiw = self._wiw(g, rows)
+            me4 = (wiw + U32(1)) * REP8
+            if bm is not None:
+                m = W_MASK[bm]
+                W, me4 = W & m, me4 & m
+            other = _nonzero_bytes(W) & _nonzero_bytes(W ^ me4)
+            if other.any():
+                j = int(np.argmax(other.reshape(-1) != 0))
+                r, wj, oj = self._row(d, rows, j), W.reshape(-1)[j], other.reshape(-1)[j]
+                b = self._first(oj)
+                report(g, "lds-race", f"LDS race: wave {self._wave(g, r, int(g.wave[r]) % self.wpg)} reads LDS "
+                                      f"byte {(int(d.reshape(-1)[j]) * 4 + b) % self.stride} written by wave "
+                                      f"{self._wave(g, r, (int(wj) >> (8 * b) & 0xFF) - 1)} of the same "
+                                      f"workgroup with no s_barrier in between", r)
+        if self.live:
+            live = self.pending[d]
             if live.any():
                 report(g, "lds-dma-wait", "LDS is read before the s_waitcnt vmcnt covering the direct-to-LDS load "
-                                          "that writes it", int(rows[int(np.argmax(live))]))
+                                          "that writes it", self._row(d, rows, int(np.argmax(live.reshape(-1)))))
+        entry = (d, bm, self._wiw(g, rows))
         if self.merged:
-            self._merge(d, bm, wiw)
+            self._merge(*entry)
         else:
-            self.touched[d] = True
-            self.log.append((d, bm, wiw))
+            self.log.append(entry)
+            if self.touched_built:
+                self.touched[d] = True
 
-    def write(self, g, flat, size, rows, report):
-        d, bm, rows = self._dwords(flat, size, rows)
-        if bm is None:
-            bm = np.full(d.size, 15, U8)
-        wiw = (g.wave[rows] % self.wpg).astype(U32)
-        me4 = (wiw + U32(1)) * REP8 & W_MASK[bm]
-        W = self.W[d] & W_MASK[bm]
-        other = _nonzero_bytes(W) & _nonzero_bytes(W ^ me4)
-        if other.any():
-            j = int(np.argmax(other != 0))
-            self._race(g, rows[j], wiw[j], d[j], other[j], f"written by wave "
-                       f"{self._wave(g, rows[j], (int(W[j]) >> (8 * self._first(other[j])) & 0xFF) - 1)}", report)
-        if not self.merged and self.touched[d].any():           # build R: this write may hit a read
-            for entry in self.log:
-                self._merge(*entry)
-            self.log, self.merged = [], True
+    def write(self, g, flat, size, rows, report, didx=None):
+        d, bm, rows = self._dwords(g, flat, size, rows, didx)
+        wiw = self._wiw(g, rows)
+        me4 = (wiw + U32(1)) * REP8
+        W = self.W[d]
+        if bm is not None:
+            m = W_MASK[bm]
+            W, me4 = W & m, me4 & m
+        if W.any():
+            other = _nonzero_bytes(W) & _nonzero_bytes(W ^ me4)
+            if other.any():
+                j = int(np.argmax(other.reshape(-1) != 0))
+                b = self._first(other.reshape(-1)[j])
+                self._race(g, d, rows, j, b, f"written by wave "
+                           f"{self._wave(g, self._row(d, rows, j), (int(W.reshape(-1)[j]) >> (8 * b) & 0xFF) - 1)}",
+                           report)
+        if self.log and not self.merged:
+            if not self.touched_built:
+                for e in self.log:
+                    self.touched[e[0]] = True
+                self.touched_built = True
+            if self.touched[d].any():          # this write may land on a read: build R
+                for e in self.log:
+                    self._merge(*e)
+                self.log, self.merged = [], True
         if self.merged:
             mine = (U64(1) << wiw.astype(U64)) * REP16
-            others = self.R[d] & R_MASK[bm] & ~mine
+            others = self.R[d] & ~mine
+            if bm is not None:
+                others &= R_MASK[bm]
             if others.any():
-                j = int(np.argmax(others != 0))
-                f = self._first16(others[j])
-                readers = [i for i in range(16) if int(others[j]) >> (16 * f + i) & 1]
-                self._race(g, rows[j], wiw[j], d[j], U32(0x80 << (8 * f)), f"read by wave "
-                           f"{self._wave(g, rows[j], readers[0])}" + (f" and {len(readers) - 1} more" if len(readers) > 1
-                                                                      else ""), report)
-        if (bm == 15).all():                 # whole dwords: a wave's lanes write the same record
-            self.W[d] = me4
+                j = int(np.argmax(others.reshape(-1) != 0))
+                o = int(others.reshape(-1)[j])
+                f = next(i for i in range(4) if o >> (16 * i) & 0xFFFF)
+                readers = [i for i in range(16) if o >> (16 * f + i) & 1]
+                more = f" and {len(readers) - 1} more" if len(readers) > 1 else ""
+                self._race(g, d, rows, j, f, f"read by wave {self._wave(g, self._row(d, rows, j), readers[0])}{more}",
+                           report)
+        if bm is None:                       # whole dwords: a wave's lanes write the same record
+            self.W[d] = np.broadcast_to(me4, d.shape)
         else:
             # lanes of one wave may write different bytes of a dword: one update per (dword, wave)
             # with the union of their bytes, wave by wave so that no wave's bytes are lost
-            keys, inv = np.unique(d.astype(I64) * 16 + wiw, return_inverse=True)
+            dd, ww = d.reshape(-1), np.broadcast_to(wiw, d.shape).reshape(-1)
+            keys, inv = np.unique(dd.astype(I64) * 16 + ww, return_inverse=True)
             union = np.zeros(keys.size, U8)
-            np.bitwise_or.at(union, inv, bm)
+            np.bitwise_or.at(union, inv, bm.reshape(-1))
             kd, kw = keys // 16, (keys % 16).astype(U32)
             for b in np.unique(kw):
                 s = kw == b
                 m = W_MASK[union[s]]
                 self.W[kd[s]] = (self.W[kd[s]] & ~m) | ((b + U32(1)) * REP8 & m)
-        back = self.W[d] & W_MASK[bm]
-        clash = back != me4
-        if clash.any():                      # another wave wrote the same bytes in this instruction
-            j = int(np.argmax(clash))
-            f = self._first(_nonzero_bytes(back[j] ^ me4[j]))
-            self._race(g, rows[j], wiw[j], d[j], U32(0x80 << (8 * f)), f"written by wave "
-                       f"{self._wave(g, rows[j], (int(back[j]) >> (8 * f) & 0xFF) - 1)} in the same instruction",
-                       report)
+        if g.n > 1:                          # another wave wrote the same bytes in this instruction
+            back = self.W[d] if bm is None else self.W[d] & W_MASK[bm]
+            clash = back != me4
+            if clash.any():
+                j = int(np.argmax(clash.reshape(-1)))
+                bj, mj = int(back.reshape(-1)[j]), int(np.broadcast_to(me4, d.shape).reshape(-1)[j])
+                b = self._first(_nonzero_bytes(U32(bj ^ mj)))
+                self._race(g, d, rows, j, b, f"written by wave {self._wave(g, self._row(d, rows, j), (bj >> (8 * b) & 0xFF) - 1)}"
+                                             f" in the same instruction", report)
 
     def _merge(self, d, bm, wiw):
         """R |= the reads of waves wiw of the bytes bm (None: all 4) of dwords d, keeping every
         reader of a dword read by several waves, or by lanes of one wave at different bytes."""
-        bits = (U64(1) << wiw.astype(U64)) * REP16
+        bits = np.broadcast_to((U64(1) << wiw.astype(U64)) * REP16, d.shape)
         if bm is not None:
-            bits &= R_MASK[bm]
-        keys, inv = np.unique(d.astype(I64) * 16 + wiw, return_inverse=True)
+            bits = bits & R_MASK[bm]
+        keys, inv = np.unique(d.reshape(-1).astype(I64) * 16 + np.broadcast_to(wiw, d.shape).reshape(-1),
+                              return_inverse=True)
         union = np.zeros(keys.size, U64)
-        np.bitwise_or.at(union, inv, bits)
+        np.bitwise_or.at(union, inv, bits.reshape(-1))
         kd, kw = keys // 16, keys % 16
         for b in np.unique(kw):
             s = kw == b
@@ -154,24 +190,21 @@ class Races:
         self.W.fill(0)
         if self.merged:
             self.R.fill(0)
-        if self.log or self.merged:
+        if self.touched_built:
             self.touched.fill(False)
-        self.log, self.merged = [], False
+        self.log, self.merged, self.touched_built = [], False, False
 
     # ------------------------------------------------------------ messages
-    def _race(self, g, row, wiw, d, highbits, what, report):
-        b = self._first(highbits)
-        report(g, "lds-race", f"LDS race: wave {self._wave(g, row, wiw)} writes LDS byte "
-                              f"{(int(d) * 4 + b) % self.stride} {what} of the same workgroup with no s_barrier in "
-                              f"between", int(row))
+    def _race(self, g, d, rows, j, b, what, report):
+        r = self._row(d, rows, j)
+        report(g, "lds-race", f"LDS race: wave {self._wave(g, r, int(g.wave[r]) % self.wpg)} writes LDS byte "
+                              f"{(int(d.reshape(-1)[j]) * 4 + b) % self.stride} {what} of the same workgroup with "
+                              f"no s_barrier in between", r)
 
     @staticmethod
     def _first(highbits):
+        """The first byte whose high bit is set."""
         return next(i for i in range(4) if int(highbits) >> (8 * i + 7) & 1)
-
-    @staticmethod
-    def _first16(v):
-        return next(i for i in range(4) if int(v) >> (16 * i) & 0xFFFF)
 
     def _wave(self, g, row, wiw):
         """Global number of wave `wiw` of the workgroup of g's wave in `row`."""
@@ -180,13 +213,20 @@ class Races:
 
     # ------------------------------------------------------------ direct-to-LDS tokens
     def mark(self, flat, size):
+        """A direct-to-LDS load wrote these dwords: -> its token, retired by the s_waitcnt vmcnt
+        that covers the load."""
         t = self.ntok
         self.ntok += 1
-        if t >= len(self.tok_live):
-            self.tok_live = np.concatenate([self.tok_live, np.zeros(len(self.tok_live), bool)])
-        self.tok_live[t] = True
-        self.tok[(flat[:, None] + np.arange(0, size, 4)) >> 2] = t
+        d = ((flat[:, None] + np.arange(0, size, 4)) >> 2).reshape(-1)
+        self.tokens[t] = d
+        self.pending[d] = True
+        self.live += 1
         return t
 
     def retire(self, token):
-        self.tok_live[token] = False
+        d = self.tokens.pop(token, None)
+        if d is not None:
+            self.live -= 1
+            self.pending[d] = False
+            for other in self.tokens.values():        # dwords another outstanding load also writes
+                self.pending[other] = True

@@ -44,6 +44,9 @@ def _bfe(x, off, width, signed):
 def _perm(a, b, sel):
     """v_perm_b32: byte i of the result is picked by byte i of sel from the 8 bytes {src0, src1}
     (src1 low): 0-7 a byte, 8-11 the sign of byte 1/3/5/7 replicated, 12 zero, 13-15 0xFF."""
+    if sel.size == 1 or (sel.shape[-1] == 1 and (sel == sel.reshape(-1)[0]).all()):
+        # one selector for all lanes (a constant or an SGPR, the usual case): shifts and masks
+        return _perm_const(a, b, int(sel.reshape(-1)[0]))
     a, b, sel = np.broadcast_arrays(a.astype(U32), b.astype(U32), sel.astype(U32))
     data = np.stack([b, a], -1).view(np.uint8)                            # (..., 8) bytes
     sign = np.where(data[..., 1::2] >> 7, np.uint8(0xFF), np.uint8(0))     # (..., 4)
@@ -51,6 +54,21 @@ def _perm(a, b, sel):
     table = np.concatenate([data, sign, consts], -1)                       # (..., 16)
     pick = np.minimum(np.ascontiguousarray(sel).view(np.uint8).reshape(sel.shape + (4,)), 15)
     return np.ascontiguousarray(np.take_along_axis(table, pick.astype(np.intp), -1)).view(U32)[..., 0]
+
+
+def _perm_const(a, b, sel):
+    data = a.astype(U64) << U64(32) | b.astype(U64)
+    out = None
+    for i in range(4):
+        s = sel >> (8 * i) & 0xFF
+        if s < 8:
+            byte = (data >> U64(8 * s)) & U64(0xFF)
+        elif s < 12:
+            byte = np.where(data >> U64(8 * (2 * (s - 8) + 1) + 7) & U64(1), U64(0xFF), U64(0))
+        else:
+            byte = U64(0 if s == 12 else 0xFF)
+        out = byte << U64(8 * i) if out is None else out | byte << U64(8 * i)
+    return np.broadcast_to(out, np.broadcast_shapes(a.shape, b.shape)).astype(U32)
 
 
 def _frexp_exp(x):
@@ -400,6 +418,32 @@ def _sdwa_sel(x, sel, sext):
     return v.astype(U16).view(I16).astype(I32).view(U32) if sext else v
 
 
+def _compile_move(o, inst, kind):
+    """v_mov_b32 / v_mov_b64 without modifiers: a copy of register rows."""
+    f = inst.f
+    count = 2 if kind == "b64" else 1
+    d = o.vrow(f["vdst"], count=count, write=True)
+    if f["src0"] >= 256:
+        s = o.vrow(f["src0"] - 256, count=count)
+        src = lambda g: g.V[s:s + count]                                      # noqa: E731
+    elif count == 1:
+        r = o.src32(f["src0"], "b32", f.get("literal"))
+        src = lambda g: r(g)[None]                                            # noqa: E731
+    else:
+        r = o.src64(f["src0"], "b64", f.get("literal"))
+        src = lambda g: np.stack(np.broadcast_arrays(*[((r(g) >> U64(32 * i)) & U64(0xFFFFFFFF)).astype(U32)
+                                                       for i in range(2)]))   # noqa: E731
+
+    def run(g):
+        v = src(g)
+        if g.full:
+            g.V[d:d + count] = v
+        else:
+            for i in range(count):
+                np.copyto(g.V[d + i], np.broadcast_to(v[i], g.V[d + i].shape), where=g.exec)
+    return run
+
+
 def compile_valu(o, inst, m):
     f = inst.f
     name = inst.name
@@ -408,6 +452,8 @@ def compile_valu(o, inst, m):
     dk, sks, fn = T[name]
     nsrc = len(sks)
     fam = inst.fam
+    if name in ("v_mov_b32", "v_mov_b64") and not inst.sub and not any(f.get(k) for k in ("abs", "neg", "clamp", "omod")):
+        return _compile_move(o, inst, dk)
     e64 = fam == "VOP3"
     lit = f.get("literal")
     srcs = [f["src0"], f.get("vsrc1", 0) + 256 if fam == "VOP2" else f.get("src1"), f.get("src2")]
