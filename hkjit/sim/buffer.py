@@ -31,8 +31,9 @@ HINT = (" (the lane is inside the buffer resource's range: num_records, and for 
 
 
 def addressing(o, inst, size):
-    """-> fn(g) -> (addr (n, 64, ncomp) int64, in range (n, 64, ncomp) bool), component c being
-    dword c of the access (one component for accesses under 4 bytes)."""
+    """-> fn(g) -> (addr (n, 64, ncomp) int64, in range (n, 64, ncomp) bool, whether the components
+    of every lane are consecutive dwords), component c being dword c of the access (one component
+    for accesses under 4 bytes)."""
     f = inst.f
     rs = o.sreg(f["srsrc"], 4)
     soff = o.ssrc(f["soffset"], False)
@@ -52,21 +53,22 @@ def addressing(o, inst, size):
         istride = 8 << (R[:, 3] >> 21 & 3)
         nrec = R[:, 2]
         col = (slice(None), None, None)
-        index = (g.V[vi].astype(I64) if idxen else np.zeros((g.n, 64), I64)) + np.where(add_tid[:, None], LANES, 0)
-        index &= M32
         voff = g.V[vo].astype(I64) if offen else np.zeros((g.n, 64), I64)
-        offset = (voff + inst_off)[..., None] + comp                                        # (n, 64, ncomp)
-        offset &= M32
-        ix = index[..., None]
-        linear = ix * stride[col] + offset
-        swz = (ix // istride[col] * stride[col] + offset // 4 * 4) * istride[col] + ix % istride[col] * 4 + offset % 4
-        boff = np.where(swizzle[col], swz, linear) & M32
+        offset = ((voff + inst_off) & M32)[..., None] + comp                                # (n, 64, ncomp)
         so = np.broadcast_to(np.asarray(soff(g)).astype(I64), (g.n,))
-        addr = (base + so)[col] + boff
+        start = (base + so)[col]
+        if not (stride.any() or add_tid.any()):              # raw buffers: the common case
+            return start + offset, offset + unit <= nrec[col], True
+        index = (g.V[vi].astype(I64) if idxen else np.zeros((g.n, 64), I64)) + np.where(add_tid[:, None], LANES, 0)
+        ix = (index & M32)[..., None]
+        boff = ix * stride[col] + offset
+        if swizzle.any():
+            swz = (ix // istride[col] * stride[col] + offset // 4 * 4) * istride[col] + ix % istride[col] * 4 + offset % 4
+            boff = np.where(swizzle[col], swz, boff)
         raw = offset + unit <= nrec[col]
         checked_offset = (add_tid[col] | bool(idxen)) & (offset >= stride[col])
         structured = (ix < nrec[col]) & ~checked_offset
-        return addr, np.where((stride == 0)[col], raw, structured)
+        return start + (boff & M32), np.where((stride == 0)[col], raw, structured), not swizzle.any()
     return run
 
 
@@ -83,11 +85,10 @@ def _contiguous(a):
     return a.shape[1] == 1 or bool((np.diff(a, axis=1) == 4).all())
 
 
-def _load_words(m, a, ok, report):
+def _load_words(m, a, ok, report, linear):
     """(k, ncomp) dwords at a where ok, 0 elsewhere."""
     data = np.zeros(a.shape, U32)
-    whole = ok.all(1)
-    if whole.all() and _contiguous(a):
+    if ok.all() and (linear or _contiguous(a)):
         return m.mem.load(a[:, 0], 4 * a.shape[1], report).reshape(a.shape)
     for c in range(a.shape[1]):
         sel = ok[:, c]
@@ -96,8 +97,8 @@ def _load_words(m, a, ok, report):
     return data
 
 
-def _store_words(m, a, ok, data, report):
-    if ok.all() and _contiguous(a):
+def _store_words(m, a, ok, data, report, linear):
+    if ok.all() and (linear or _contiguous(a)):
         m.mem.store(a[:, 0], data, report)
         return
     for c in range(a.shape[1]):
@@ -132,10 +133,10 @@ def compile_mubuf(o, inst, m):
         to_lds = _compile_load_lds(o, inst, m, size, None, hazard)
 
         def run(g):
-            addr, ok = where(g)
+            addr, ok, linear = where(g)
             a, ok, mask = _lanes(g, addr, ok)
             if size >= 4:
-                data = _load_words(m, a, ok, report(g)).view(U8).reshape(-1, size)
+                data = _load_words(m, a, ok, report(g), linear).view(U8).reshape(-1, size)
             else:
                 data = np.zeros((a.shape[0], size), U8)
                 sel = ok[:, 0]
@@ -151,11 +152,11 @@ def compile_mubuf(o, inst, m):
         keys = frozenset(o.wk)
 
         def run(g):
-            addr, ok = where(g)
+            addr, ok, linear = where(g)
             a, ok, mask = _lanes(g, addr, ok)
             if a.shape[0]:
                 if size >= 4:
-                    data = _load_words(m, a, ok, report(g))
+                    data = _load_words(m, a, ok, report(g), linear)
                 else:
                     v = np.zeros(a.shape[0], U32)
                     sel = ok[:, 0]
@@ -173,7 +174,7 @@ def compile_mubuf(o, inst, m):
     s = o.vrow(f["vdata"], acc=acc, count=nd)
 
     def run(g):
-        addr, ok = where(g)
+        addr, ok, linear = where(g)
         a, ok, mask = _lanes(g, addr, ok)
         data = np.stack([(g.V[s + i].reshape(-1) if mask is None else g.V[s + i][mask]) for i in range(nd)], 1)
         if size < 4:
@@ -183,7 +184,7 @@ def compile_mubuf(o, inst, m):
             if sel.any():
                 m.mem.store(a[sel, 0], data[sel], report(g))
         elif a.shape[0]:
-            _store_words(m, a, ok, data, report(g))
+            _store_words(m, a, ok, data, report(g), linear)
         _issue(m, g, "vm", frozenset(), iaddr)
     return run
 
@@ -203,7 +204,7 @@ def _compile_atomic(o, inst, m, spec, acc, hazard):
     where = addressing(o, inst, width // 8)
 
     def run(g):
-        addr, ok = where(g)
+        addr, ok, linear = where(g)
         a, ok, mask = _lanes(g, addr, ok)
         sel = ok.all(1)
         olds = np.zeros((a.shape[0], nd), U32)
@@ -214,3 +215,13 @@ def _compile_atomic(o, inst, m, spec, acc, hazard):
             _scatter_rows(g, s, nd, olds, mask)
         _issue(m, g, "vm", keys, inst.addr)
     return run
+
+
+def compilers(names):
+    out = {}
+    for n in names:
+        mo = re.match(r"buffer_(load|store)_(\w+)$", n)
+        if n in ("buffer_wbl2", "buffer_inv") or (n.startswith("buffer_") and atomics.parse_memory(n)) or \
+                (mo and mo.group(2) in _SIZES):
+            out[n] = compile_mubuf
+    return out

@@ -6,22 +6,19 @@ import time
 
 import numpy as np
 
-from . import buffer, coverage, mfma, salu, salu_extra, valu, vmem, vspecial
-from . import valu_extra  # noqa: F401 (its ops join valu.T)
 from .. import targets
+from . import coverage
+from .dispatch import COMPILERS
 from .decode import decode
 from .errors import SimError, SimHazardError, SimUnsupportedInstruction
 from .hazards import Hazards
 from .lds import Lds
 from .operands import Ops, PRIVATE_APERTURE_HI, SHARED_APERTURE_HI
-from .state import EXEC, SGPR_KEY, VCC, Group, pack_mask
+from .state import EXEC, SGPR_KEY, Group, pack_mask
 
 U32, I32, I64, U64 = np.uint32, np.int32, np.int64, np.uint64
 V_BUDGET = 256 << 20     # bytes of register state per batch of workgroups
 
-_SOPP_NOP = {"s_nop", "s_setprio", "s_sleep", "s_icache_inv", "s_incperflevel", "s_decperflevel",
-             "s_ttracedata", "s_sendmsg", "s_sendmsghalt", "s_sethalt", "s_endpgm_saved", "s_wakeup",
-             "s_barrier_nop"}
 
 
 def _rup(x, k):
@@ -69,54 +66,21 @@ class Machine:
 
     # ------------------------------------------------------------ compile
     def compile(self, inst):
-        """-> (fn, check_keys, is_terminator)."""
+        """-> (fn, check_keys, is_terminator): the instruction compiled once into a closure over
+        its operands, by the compiler the dispatch table holds for its mnemonic."""
         o = Ops(self, inst)
-        fam, name = inst.fam, inst.name
+        name = inst.name
         reason = coverage.why_not(name)
         if reason:
             raise o.err(f"{name} is not simulated: {reason}")
-        fn = None
-        if fam == "SOPP":
-            return self._sopp(o, inst)
-        if fam == "SOP1" and name in ("s_setpc_b64", "s_swappc_b64"):
-            return self._setpc(o, inst)
-        if fam == "SOPK" and name == "s_call_b64":
-            return self._call(o, inst)
-        if fam == "SOP2":
-            fn = salu.compile_sop2(o, inst)
-        elif fam == "SOPC":
-            fn = salu.compile_sopc(o, inst)
-        elif fam == "SOP1":
-            fn = salu.compile_sop1(o, inst, self) or salu_extra.compile_sop1(o, inst, self)
-        elif fam == "SOPK":
-            fn = salu.compile_sopk(o, inst, self)
-        elif fam == "SMEM":
-            fn = salu.compile_smem(o, inst, self)
-        elif fam == "VOPC" or (fam == "VOP3" and inst.op < 0x100):
-            fn = valu.compile_vopc(o, inst, self)
-        elif fam in ("VOP1", "VOP2", "VOP3"):
-            fn = vspecial.compile_special(o, inst, self) or valu.compile_valu(o, inst, self)
-        elif fam == "VOP3P":
-            if name == "v_mfma_ld_scale_b32":
-                fn = mfma.compile_ld_scale(o, inst, self)
-            elif "mfma" in name:
-                fn = mfma.compile_mfma(o, inst, self)
-            elif name.startswith("v_accvgpr"):
-                fn = vspecial.compile_special(o, inst, self)
-            else:
-                fn = vspecial.compile_vop3p(o, inst, self)
-        elif fam == "DS":
-            fn = vmem.compile_ds(o, inst, self)
-        elif fam in ("GLOBAL", "FLAT", "SCRATCH"):
-            fn = vmem.compile_global(o, inst, self)
-        elif fam == "MUBUF":
-            fn = buffer.compile_mubuf(o, inst, self)
-        if fn is None:
-            raise SimUnsupportedInstruction(f"instruction {name} ({fam}) is not simulated", kernel=self.name,
-                                            pc=self.pcrel(inst.addr), inst=inst.text())
-        memop = fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF", "DS", "SMEM")
+        compiler = COMPILERS.get(name)
+        out = compiler(o, inst, self) if compiler else None
+        if out is None:
+            raise o.err(f"instruction {name} ({inst.fam}{', ' + inst.sub if inst.sub else ''}) is not simulated")
+        fn, terminator = out if isinstance(out, tuple) else (out, False)
+        memop = inst.fam in ("GLOBAL", "FLAT", "SCRATCH", "MUBUF", "DS", "SMEM")
         keys = frozenset(o.rk) if memop else frozenset(o.rk | o.wk)
-        return fn, keys, False
+        return fn, keys, terminator
 
     def _block(self, pc):
         items = []
@@ -141,87 +105,6 @@ class Machine:
         blk = (tuple(items), term[0], term[1], p)
         self.blocks[pc] = blk
         return blk
-
-    # ------------------------------------------------------------ control flow (SOPP etc.)
-    def _sopp(self, o, inst):
-        name, k = inst.name, inst.f["simm16"]
-        nxt = inst.addr + 4
-        tgt = nxt + 4 * (k - 0x10000 if k & 0x8000 else k)
-        if name in _SOPP_NOP or name == "s_waitcnt" and not self.checks:
-            return (lambda g: None), frozenset(), False
-        if name == "s_waitcnt":
-            vm, lgkm = salu.waitcnt_fields(k)
-
-            def wait(g):
-                changed = False
-                while len(g.vmq) > vm:
-                    _, _, tok = g.vmq.pop(0)
-                    if tok:
-                        self.lds.retire(tok)
-                    changed = True
-                while len(g.lgkmq) > lgkm:
-                    g.lgkmq.pop(0)
-                    changed = True
-                if changed:
-                    g.pend = set().union(*(e[0] for e in g.vmq), *(e[0] for e in g.lgkmq))
-            return wait, frozenset(), False
-        if name == "s_endpgm":
-            return (lambda g: None), frozenset(), True
-        if name == "s_barrier":
-            return (lambda g: "barrier"), frozenset(), True
-        if name == "s_branch":
-            return (lambda g: tgt), frozenset(), True
-        if name.startswith("s_cbranch_"):
-            c = name[len("s_cbranch_"):]
-            conds = {
-                "scc0": lambda g: ~g.scc.astype(bool), "scc1": lambda g: g.scc.astype(bool),
-                "vccz": lambda g: (g.S[:, VCC] | g.S[:, VCC + 1]) == 0,
-                "vccnz": lambda g: (g.S[:, VCC] | g.S[:, VCC + 1]) != 0,
-                "execz": lambda g: ~g.exec.any(1), "execnz": lambda g: g.exec.any(1)}
-            if c not in conds:
-                raise o.err(f"{name} is not simulated")
-            cond = conds[c]
-
-            def br(g):
-                t = cond(g)
-                if t.all():
-                    return tgt
-                if not t.any():
-                    return nxt
-                return ("split", t, tgt, nxt)
-            return br, frozenset(), True
-        if name == "s_trap":
-            def trap(g):
-                raise SimError(f"s_trap {k} (a device-side assert or trap) executed", kernel=self.name,
-                               pc=self.pcrel(inst.addr), wave=self.wave_desc(g), inst=inst.text())
-            return trap, frozenset(), False
-        raise o.err(f"{name} is not simulated")
-
-    def _setpc(self, o, inst):
-        f = inst.f
-        src = o.ssrc(f["ssrc0"], True, f.get("literal"))
-        ret = o.sdst(f["sdst"], True) if inst.name == "s_swappc_b64" else None
-        retval = U64(self.entry_addr + inst.addr + 4)
-
-        def run(g):
-            t = np.broadcast_to(src(g), (g.n,)).astype(I64) - self.entry_addr
-            if ret:
-                ret(g, np.full(g.n, retval, U64))
-            if (t == t[0]).all():
-                return int(t[0])
-            return ("multi", t)
-        return run, frozenset(o.rk), True
-
-    def _call(self, o, inst):
-        k = inst.f["simm16"]
-        w = o.sdst(inst.f["sdst"], True)
-        tgt = inst.addr + 4 + 4 * (k - 0x10000 if k & 0x8000 else k)
-        retval = U64(self.entry_addr + inst.addr + 4)
-
-        def run(g):
-            w(g, np.full(g.n, retval, U64))
-            return tgt
-        return run, frozenset(), True
 
     # ------------------------------------------------------------ running groups
     def _hazard_regs(self, g, keys, inst):

@@ -92,6 +92,10 @@ class Memory:
             off = (addr if m is None else addr[m]) - a.base
             if aligned:
                 rows = a.u32[(off >> 2)[:, None] + np.arange(nbytes // 4)]
+            elif nbytes == 2 and not (off & 1).any():
+                rows = a.u8.view(np.uint16)[off >> 1].view(np.uint8).reshape(-1, 2)
+            elif nbytes == 1:
+                rows = a.u8[off][:, None]
             else:
                 rows = a.u8[off[:, None] + np.arange(nbytes)]
             if m is None:

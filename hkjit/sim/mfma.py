@@ -23,19 +23,22 @@ def _shape(M, K):
     return (K // 4, 4) if M == 16 else (K // 2, 16)
 
 
-def _decode(regs, typ, arch, count):
-    """regs: (n, 64, nregs) uint32 -> (n, 64, count) float64 (or int64 for i8)."""
+_RAW = {8: U8, 16: U16, 32: U32}       # element bits -> the raw dtype of an element
+
+
+def _decode(raw, typ, arch):
+    """Raw element bits -> float64 values (int64 for i8)."""
     if typ == "bf16":
-        return fp.bf16_to_f32(regs.view(U16)[..., :count]).astype(np.float64)
+        return (raw.astype(U32) << U32(16)).view(np.float32).astype(np.float64)
     if typ == "f16":
-        return regs.view(np.float16)[..., :count].astype(np.float64)
+        return raw.view(np.float16).astype(np.float64)
     if typ in ("fp8", "bf8"):
         fmt = fp.fp8_formats(arch)[0 if typ == "fp8" else 1]
-        return fp.FP8_TABLES[fmt][regs.view(U8)[..., :count]].astype(np.float64)
+        return fp.FP8_TABLES[fmt][raw].astype(np.float64)
     if typ == "i8":
-        return regs.view(np.int8)[..., :count].astype(np.int64)
+        return raw.view(np.int8).astype(np.int64)
     if typ == "f32":
-        return regs.view(np.float32)[..., :count].astype(np.float64)
+        return raw.view(np.float32).astype(np.float64)
     raise ValueError(typ)
 
 
@@ -79,36 +82,43 @@ def compile_mfma(o, inst, m):
     d_row = o.vrow(f["vdst"], acc=cd_acc, count=R, write=True)
     arch = m.arch
 
+    nkb = 64 // M
+    etype_a, etype_b = _RAW[_BITS[ta]], _RAW[_BITS[tb]]
+
+    def operand(g, row, nregs, etype, typ, scale):
+        """(n, 64 lanes, kp elements) of raw bits -> the matrix as float64 (int64 for i8): lane
+        l = i + M * kb holds K-elements kb * kp .. kb * kp + kp - 1 of row (A) or column (B) i.
+        Rearranged while still raw (small), decoded once."""
+        n = g.n
+        # lane i + M * kb, register r -> [n, i, kb, r]: one copy of whole registers, whose
+        # elements (low bits first) are then consecutive
+        regs = g.V[row:row + nregs].reshape(nregs, n, nkb, M)
+        raw = np.ascontiguousarray(regs.transpose(1, 3, 2, 0)).view(etype).reshape(n, M, nkb, -1)[..., :kp]
+        x = _decode(raw, typ, arch).reshape(n, M, K)
+        if scale is not None:         # each lane's E8M0 scale covers the kp elements it holds
+            x = x * np.repeat(scale.reshape(n, nkb, M).transpose(0, 2, 1), kp, axis=2)
+        return x
+
     def run(g):
         n = g.n
-        ra = np.ascontiguousarray(g.V[a_row:a_row + na].transpose(1, 2, 0))   # (n, 64, na)
-        rb = np.ascontiguousarray(g.V[b_row:b_row + nb].transpose(1, 2, 0))
-        ea = _decode(ra, ta, arch, kp).reshape(n, 64 * kp)
-        eb = _decode(rb, tb, arch, kp).reshape(n, 64 * kp)
+        sa = sb = None
         if scaled:
-            sa, sb = g.scale if g.scale is not None else (None, None)
-            if sa is not None:
-                ea = ea * np.repeat(sa(g), kp, axis=1)
-                eb = eb * np.repeat(sb(g), kp, axis=1)
+            if g.scale is not None:
+                sa, sb = g.scale[0](g), g.scale[1](g)
             g.scale = None
-        # lane l = row + M*kb holds K-elements kb*kp .. kb*kp+kp-1 of its row (of A) / column (of B)
-        nkb = 64 // M
-        A = ea.reshape(n, nkb, M, kp).transpose(0, 2, 1, 3).reshape(n, M, K)
-        B = eb.reshape(n, nkb, M, kp).transpose(0, 1, 3, 2).reshape(n, K, N)
+        A = operand(g, a_row, na, etype_a, ta, sa)                      # (n, M, K)
+        B = operand(g, b_row, nb, etype_b, tb, sb).transpose(0, 2, 1)    # (n, K, N)
         D = np.matmul(A, B)
-        if c_row is not None:
-            C = g.V[c_row:c_row + R].transpose(1, 2, 0)     # (n, 64, R)
+        # register r of lane l: D[4(l/16) + r][l % 16] (16x16) / D[8(r/4) + 4(l/32) + r%4][l % 32]
+        if M == 16:
+            out = D.reshape(n, 4, 4, 16).transpose(2, 0, 1, 3).reshape(4, n, 64)
         else:
-            C = np.broadcast_to(c_const.reshape(1, 1, 1), (n, 64, R))
-        if M == 16:   # D[4*(l/16)+r][l%16]
-            out = D.reshape(n, 4, 4, 16).transpose(0, 1, 3, 2).reshape(n, 64, 4)
-        else:         # D[8*(r/4)+4*(l/32)+r%4][l%32]
-            out = D.reshape(n, 4, 2, 4, 32).transpose(0, 2, 4, 1, 3).reshape(n, 64, 16)
+            out = D.reshape(n, 4, 2, 4, 32).transpose(1, 3, 0, 2, 4).reshape(16, n, 64)
+        C = g.V[c_row:c_row + R] if c_row is not None else c_const.reshape(1, 1, 1)
         if out_t == "f32":
             res = (out + C.view(np.float32)).astype(np.float32).view(U32)
         else:
             res = (out.astype(np.int64) + C.view(np.int32)).astype(np.int32).view(U32)
-        res = res.transpose(2, 0, 1)
         if g.full:
             g.V[d_row:d_row + R] = res
         else:
@@ -135,3 +145,9 @@ def compile_ld_scale(o, inst, m):
         a, b = sa(g), sb(g)
         g.scale = (lambda g, a=a: a, lambda g, b=b: b)
     return run
+
+
+def compilers(names):
+    out = {n: compile_mfma for n in names if _NAME.match(n)}
+    out.update({n: compile_ld_scale for n in names if n == "v_mfma_ld_scale_b32"})
+    return out

@@ -65,69 +65,56 @@ SOP2_NOSCC = {"s_bfm_b32", "s_bfm_b64", "s_cselect_b32", "s_cselect_b64", "s_mul
               "s_mul_hi_i32", "s_pack_ll_b32_b16", "s_pack_lh_b32_b16", "s_pack_hh_b32_b16"}
 
 
-def _arith32(name, a, b, c):
-    a64, b64 = a.astype(I64), b.astype(I64)
-    ai, bi = _i(a, False).astype(I64), _i(b, False).astype(I64)
-    if name == "s_add_u32":
-        r = a64 + b64
-        return r.astype(U32), r >> 32 != 0
-    if name == "s_sub_u32":
-        return (a64 - b64).astype(U32), b64 > a64
-    if name == "s_addc_u32":
-        r = a64 + b64 + c.astype(I64)
-        return r.astype(U32), r >> 32 != 0
-    if name == "s_subb_u32":
-        r = a64 - b64 - c.astype(I64)
-        return r.astype(U32), r < 0
-    if name in ("s_add_i32", "s_sub_i32"):
-        r = ai + bi if name == "s_add_i32" else ai - bi
-        return r.astype(U32), (r > 0x7FFFFFFF) | (r < -0x80000000)
-    if name == "s_mul_i32":
-        return (ai * bi).astype(U32), None
-    if name == "s_mul_hi_u32":
-        return ((a64 * b64) >> 32).astype(U32), None
-    if name == "s_mul_hi_i32":
-        return ((ai * bi) >> 32).astype(U32), None
-    if name == "s_min_i32":
-        return np.where(ai < bi, a, b), ai < bi
-    if name == "s_max_i32":
-        return np.where(ai > bi, a, b), ai > bi
-    if name == "s_min_u32":
-        return np.where(a64 < b64, a, b), a64 < b64
-    if name == "s_max_u32":
-        return np.where(a64 > b64, a, b), a64 > b64
-    if name == "s_absdiff_i32":
-        r = np.abs(ai - bi)
-        return r.astype(U32), r != 0
-    if name.startswith("s_lshl") and name.endswith("_add_u32"):
-        k = int(name[6])
-        r = (a64 << k) + b64
-        return r.astype(U32), r >> 32 != 0
-    if name == "s_pack_ll_b32_b16":
-        return (a & U32(0xFFFF)) | (b << U32(16)), None
-    if name == "s_pack_lh_b32_b16":
-        return (a & U32(0xFFFF)) | (b & U32(0xFFFF0000)), None
-    if name == "s_pack_hh_b32_b16":
-        return (a >> U32(16)) | (b & U32(0xFFFF0000)), None
-    return None
+def _carry32(r):
+    return r.astype(U32), r >> 32 != 0
 
 
-_ARITH32 = {"s_add_u32", "s_sub_u32", "s_addc_u32", "s_subb_u32", "s_add_i32", "s_sub_i32", "s_mul_i32",
-            "s_mul_hi_u32", "s_mul_hi_i32", "s_min_i32", "s_max_i32", "s_min_u32", "s_max_u32",
-            "s_absdiff_i32", "s_lshl1_add_u32", "s_lshl2_add_u32", "s_lshl3_add_u32", "s_lshl4_add_u32",
-            "s_pack_ll_b32_b16", "s_pack_lh_b32_b16", "s_pack_hh_b32_b16"}
+def _overflow32(r):
+    return r.astype(U32), (r > 0x7FFFFFFF) | (r < -0x80000000)
+
+
+def _lshl_add(k):
+    return lambda a, b, ai, bi, c: _carry32((a << k) + b)
+
+
+# 32-bit arithmetic SOP2: name -> fn(a, b as int64 of the unsigned value, ai, bi as int64 of the
+# signed value, scc) -> (uint32 result, new SCC or None to keep it)
+ARITH32 = {
+    "s_add_u32": lambda a, b, ai, bi, c: _carry32(a + b),
+    "s_sub_u32": lambda a, b, ai, bi, c: ((a - b).astype(U32), b > a),
+    "s_addc_u32": lambda a, b, ai, bi, c: _carry32(a + b + c),
+    "s_subb_u32": lambda a, b, ai, bi, c: ((a - b - c).astype(U32), a - b - c < 0),
+    "s_add_i32": lambda a, b, ai, bi, c: _overflow32(ai + bi),
+    "s_sub_i32": lambda a, b, ai, bi, c: _overflow32(ai - bi),
+    "s_mul_i32": lambda a, b, ai, bi, c: ((ai * bi).astype(U32), None),
+    "s_mul_hi_u32": lambda a, b, ai, bi, c: (((a.astype(U64) * b.astype(U64)) >> U64(32)).astype(U32), None),
+    "s_mul_hi_i32": lambda a, b, ai, bi, c: (((ai * bi) >> 32).astype(U32), None),
+    "s_min_i32": lambda a, b, ai, bi, c: (np.where(ai < bi, a, b).astype(U32), ai < bi),
+    "s_max_i32": lambda a, b, ai, bi, c: (np.where(ai > bi, a, b).astype(U32), ai > bi),
+    "s_min_u32": lambda a, b, ai, bi, c: (np.where(a < b, a, b).astype(U32), a < b),
+    "s_max_u32": lambda a, b, ai, bi, c: (np.where(a > b, a, b).astype(U32), a > b),
+    "s_absdiff_i32": lambda a, b, ai, bi, c: (np.abs(ai - bi).astype(U32), ai != bi),
+    "s_lshl1_add_u32": _lshl_add(1), "s_lshl2_add_u32": _lshl_add(2), "s_lshl3_add_u32": _lshl_add(3),
+    "s_lshl4_add_u32": _lshl_add(4),
+    "s_pack_ll_b32_b16": lambda a, b, ai, bi, c: (((a & 0xFFFF) | (b << 16)).astype(U32), None),
+    "s_pack_lh_b32_b16": lambda a, b, ai, bi, c: (((a & 0xFFFF) | (b & 0xFFFF0000)).astype(U32), None),
+    "s_pack_hh_b32_b16": lambda a, b, ai, bi, c: (((a >> 16) | (b & 0xFFFF0000)).astype(U32), None),
+}
+_ARITH32 = set(ARITH32)
 
 
 def compile_sop2(o, inst):
     f, name = inst.f, inst.name
     lit = f.get("literal")
-    if name in _ARITH32:
+    if name in ARITH32:
+        fn = ARITH32[name]
         a, b = o.ssrc(f["ssrc0"], False, lit), o.ssrc(f["ssrc1"], False, lit)
         w = o.sdst(f["sdst"])
 
         def run(g):
             av, bv = np.broadcast_to(a(g), (g.n,)), np.broadcast_to(b(g), (g.n,))
-            r, c = _arith32(name, av, bv, g.scc)
+            r, c = fn(av.astype(I64), bv.astype(I64), _i(av, False).astype(I64), _i(bv, False).astype(I64),
+                      g.scc.astype(I64))
             w(g, r)
             if c is not None:
                 g.scc = np.asarray(c, bool)
@@ -187,23 +174,78 @@ def compile_sopc(o, inst):
     return None
 
 
-def _popc(x, wide):
+def _popc(x):
     x = np.asarray(x).astype(U64)
-    return np.array([bin(int(v)).count("1") for v in np.atleast_1d(x)], U32)
+    return np.unpackbits(x[:, None].view(np.uint8), axis=1).sum(1).astype(U32)
+
+
+def _bit_reverse32(x):
+    b = np.unpackbits(np.asarray(x).astype(U32)[:, None].view(np.uint8), axis=1, bitorder="little")
+    return np.packbits(b[:, ::-1], axis=1, bitorder="little").view(U32)[:, 0]
+
+
+def _first_set(x, bits):
+    """Index of the lowest set bit, or -1 (0xFFFFFFFF)."""
+    x = np.asarray(x).astype(U64)
+    b = np.unpackbits(x[:, None].view(np.uint8), axis=1, bitorder="little")[:, :bits].astype(bool)
+    return np.where(b.any(1), b.argmax(1), 0xFFFFFFFF).astype(U32)
+
+
+def _leading_zeros(x, bits):
+    """Count of leading zeros, or -1 for 0."""
+    x = np.asarray(x).astype(U64)
+    b = np.unpackbits(x[:, None].view(np.uint8), axis=1, bitorder="little")[:, :bits][:, ::-1].astype(bool)
+    return np.where(b.any(1), b.argmax(1), 0xFFFFFFFF).astype(U32)
+
+
+def _wqm(x, wide, per_quad):
+    w = U64 if wide else U32
+    bits = 64 if wide else 32
+    q = np.zeros(x.shape, U64)
+    xx = x.astype(U64)
+    for i in range(bits // 4):
+        on = (xx >> U64(4 * i)) & U64(0xF) != 0
+        q |= np.where(on, U64(0xF) << U64(4 * i) if per_quad else U64(1) << U64(i), U64(0))
+    return q.astype(w)
+
+
+# unary SOP1: name -> (source is 64-bit, destination is 64-bit, fn(x, old destination, scc) ->
+# result, whether SCC = result != 0). Those reading the old destination name it in OLD_DST.
+SOP1 = {
+    "s_mov_b32": (False, False, lambda x, d, c: x, False),
+    "s_mov_b64": (True, True, lambda x, d, c: x, False),
+    "s_cmov_b32": (False, False, lambda x, d, c: np.where(c, x, d), False),
+    "s_cmov_b64": (True, True, lambda x, d, c: np.where(c, x, d), False),
+    "s_not_b32": (False, False, lambda x, d, c: ~x, True),
+    "s_not_b64": (True, True, lambda x, d, c: ~x, True),
+    "s_brev_b32": (False, False, lambda x, d, c: _bit_reverse32(x), False),
+    "s_sext_i32_i8": (False, False, lambda x, d, c: x.astype(np.int8).astype(I32).view(U32), False),
+    "s_sext_i32_i16": (False, False, lambda x, d, c: x.astype(np.int16).astype(I32).view(U32), False),
+    "s_abs_i32": (False, False, lambda x, d, c: np.abs(_i(x, False)).view(U32), True),
+    "s_bcnt1_i32_b32": (False, False, lambda x, d, c: _popc(x), True),
+    "s_bcnt1_i32_b64": (True, False, lambda x, d, c: _popc(x), True),
+    "s_bcnt0_i32_b32": (False, False, lambda x, d, c: U32(32) - _popc(x), True),
+    "s_ff1_i32_b32": (False, False, lambda x, d, c: _first_set(x, 32), False),
+    "s_ff1_i32_b64": (True, False, lambda x, d, c: _first_set(x, 64), False),
+    "s_flbit_i32_b32": (False, False, lambda x, d, c: _leading_zeros(x, 32), False),
+    "s_flbit_i32_b64": (True, False, lambda x, d, c: _leading_zeros(x, 64), False),
+    "s_bitset0_b32": (False, False, lambda x, d, c: d & ~(U32(1) << (x.astype(U32) & U32(31))), False),
+    "s_bitset1_b32": (False, False, lambda x, d, c: d | (U32(1) << (x.astype(U32) & U32(31))), False),
+    "s_wqm_b64": (True, True, lambda x, d, c: _wqm(x, True, True), True),
+    "s_quadmask_b64": (True, True, lambda x, d, c: _wqm(x, True, False), True),
+}
+OLD_DST = {"s_cmov_b32", "s_cmov_b64", "s_bitset0_b32", "s_bitset1_b32", "s_bitset0_b64", "s_bitset1_b64"}
+SAVEEXEC = {"and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
+            "andn2": lambda s, e: s & ~e, "orn2": lambda s, e: s | ~e, "nand": lambda s, e: ~(s & e),
+            "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e), "andn1": lambda s, e: ~s & e,
+            "orn1": lambda s, e: ~s | e}
 
 
 def compile_sop1(o, inst, m):
     f, name = inst.f, inst.name
     lit = f.get("literal")
-    if name.endswith("saveexec_b64"):
-        op = name[2:-len("_saveexec_b64")]
-        fns = {"and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
-               "andn2": lambda s, e: s & ~e, "orn2": lambda s, e: s | ~e, "nand": lambda s, e: ~(s & e),
-               "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
-               "andn1": lambda s, e: ~s & e, "orn1": lambda s, e: ~s | e}
-        if op not in fns:
-            return None
-        fn = fns[op]
+    if name.endswith("_saveexec_b64"):
+        fn = SAVEEXEC[name[2:-len("_saveexec_b64")]]
         a = o.ssrc(f["ssrc0"], True, lit)
         w = o.sdst(f["sdst"], True)
         o.sreg(EXEC, 2)
@@ -219,126 +261,97 @@ def compile_sop1(o, inst, m):
             g.update_exec()
             g.scc = ne != 0
         return run
-    if name in ("s_mov_b32", "s_mov_b64", "s_cmov_b32", "s_cmov_b64", "s_not_b32", "s_not_b64", "s_brev_b32",
-                "s_sext_i32_i8", "s_sext_i32_i16", "s_abs_i32", "s_bcnt1_i32_b32", "s_bcnt1_i32_b64",
-                "s_bcnt0_i32_b32", "s_ff1_i32_b32", "s_ff1_i32_b64", "s_flbit_i32_b32", "s_flbit_i32_b64",
-                "s_bitset0_b32", "s_bitset1_b32", "s_wqm_b64", "s_quadmask_b64"):
-        wide_src = name.endswith("64")
-        wide_dst = name in ("s_mov_b64", "s_cmov_b64", "s_not_b64", "s_wqm_b64", "s_quadmask_b64")
-        a = o.ssrc(f["ssrc0"], wide_src, lit)
-        if name.startswith("s_bitset"):
-            o.sreg(f["sdst"])
-        w = o.sdst(f["sdst"], wide_dst)
-        d = f["sdst"]
-
-        def run(g):
-            x = np.broadcast_to(a(g), (g.n,))
-            scc = None
-            if name in ("s_mov_b32", "s_mov_b64"):
-                r = x
-            elif name.startswith("s_cmov"):
-                if wide_dst:
-                    old = g.S[:, d].astype(U64) | g.S[:, d + 1].astype(U64) << U64(32)
-                else:
-                    old = g.S[:, d]
-                r = np.where(g.scc, x, old)
-            elif name.startswith("s_not"):
-                r = ~x
-                scc = r != 0
-            elif name == "s_brev_b32":
-                r = np.array([int(f"{int(v):032b}"[::-1], 2) for v in x], U32)
-            elif name == "s_sext_i32_i8":
-                r = x.astype(np.int8).astype(I32).view(U32)
-            elif name == "s_sext_i32_i16":
-                r = x.astype(np.int16).astype(I32).view(U32)
-            elif name == "s_abs_i32":
-                r = np.abs(_i(x, False)).view(U32)
-                scc = r != 0
-            elif name.startswith("s_bcnt1"):
-                r = _popc(x, wide_src)
-                scc = r != 0
-            elif name.startswith("s_bcnt0"):
-                r = (64 if wide_src else 32) - _popc(x, wide_src)
-                scc = r != 0
-            elif name.startswith("s_ff1"):
-                xx = x.astype(U64)
-                r = np.array([(int(v) & -int(v)).bit_length() - 1 if v else 0xFFFFFFFF for v in xx], U32)
-            elif name.startswith("s_flbit"):
-                bits = 64 if wide_src else 32
-                r = np.array([bits - int(v).bit_length() if v else 0xFFFFFFFF for v in x.astype(U64)], U32)
-            elif name.startswith("s_bitset"):
-                bit = U32(1) << (x.astype(U32) & U32(31))
-                r = g.S[:, d] | bit if name == "s_bitset1_b32" else g.S[:, d] & ~bit
-            elif name == "s_wqm_b64":
-                q = np.zeros_like(x.astype(U64))
-                for i in range(16):
-                    nib = (x.astype(U64) >> U64(4 * i)) & U64(0xF)
-                    q |= np.where(nib != 0, U64(0xF) << U64(4 * i), U64(0))
-                r = q
-                scc = r != 0
-            else:  # s_quadmask_b64
-                q = np.zeros(x.shape, U64)
-                for i in range(16):
-                    nib = (x.astype(U64) >> U64(4 * i)) & U64(0xF)
-                    q |= np.where(nib != 0, U64(1) << U64(i), U64(0))
-                r = q
-                scc = r != 0
-            w(g, np.asarray(r).astype(U64 if wide_dst else U32))
-            if scc is not None:
-                g.scc = np.asarray(scc, bool)
-        return run
     if name == "s_getpc_b64":
         w = o.sdst(f["sdst"], True)
         val = U64(m.entry_addr + inst.addr + 4)
         return lambda g: w(g, np.full(g.n, val, U64))
-    return None
+    wide_src, wide_dst, fn, set_scc = SOP1[name]
+    a = o.ssrc(f["ssrc0"], wide_src, lit)
+    d = f["sdst"]
+    old = o.ssrc(d, wide_dst) if name in OLD_DST else None
+    w = o.sdst(d, wide_dst)
+    t = U64 if wide_dst else U32
+
+    def run(g):
+        r = np.asarray(fn(np.broadcast_to(a(g), (g.n,)), old(g) if old else None, g.scc)).astype(t)
+        w(g, r)
+        if set_scc:
+            g.scc = r != 0
+    return run
+
+
+def compilers(names):
+    """The instructions of this module, by name."""
+    out = {}
+    for n in names:
+        if n in SOP2 or n in _ARITH32:
+            out[n] = lambda o, inst, m: compile_sop2(o, inst)
+        elif (n.startswith("s_cmp_") and len(n.split("_")) == 4 and n.split("_")[2] in _SOPC
+              and n.split("_")[3] in ("i32", "u32", "u64")) or n.startswith(("s_bitcmp0_", "s_bitcmp1_")):
+            out[n] = lambda o, inst, m: compile_sopc(o, inst)
+        elif n in SOP1 or n.endswith("_saveexec_b64") and n[2:-13] in SAVEEXEC or n == "s_getpc_b64":
+            out[n] = compile_sop1
+        elif n in SOPK:
+            out[n] = compile_sopk
+        elif n in SMEM_NAMES or n.startswith(("s_load_dword", "s_buffer_load_dword")):
+            out[n] = compile_smem
+    return out
+
+
+SMEM_NAMES = {"s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol", "s_dcache_discard",
+              "s_dcache_discard_x2", "s_atc_probe", "s_atc_probe_buffer", "s_memtime", "s_memrealtime"}
+
+
+def _sopk_value(o, inst, m, d, ks, k):
+    w = o.sdst(d)
+    v = U32(ks & 0xFFFFFFFF)
+    if inst.name == "s_movk_i32":
+        return lambda g: w(g, np.full(g.n, v, U32))
+    o.sreg(d)
+    return lambda g: w(g, np.where(g.scc, v, g.S[:, d]))          # s_cmovk_i32
+
+
+def _sopk_arith(o, inst, m, d, ks, k):
+    o.sreg(d)
+    w = o.sdst(d)
+    add = inst.name == "s_addk_i32"
+
+    def run(g):
+        x = _i(g.S[:, d], False).astype(I64)
+        r = x + ks if add else x * ks
+        w(g, r.astype(U32))
+        if add:
+            g.scc = (r > 0x7FFFFFFF) | (r < -0x80000000)
+    return run
+
+
+def _sopk_compare(o, inst, m, d, ks, k):
+    _, _, op, typ = inst.name.split("_")
+    o.sreg(d)
+    cmpf = _SOPC[op]
+    if typ == "i32":
+        return lambda g: setattr(g, "scc", cmpf(_i(g.S[:, d], False), ks))
+    return lambda g: setattr(g, "scc", cmpf(g.S[:, d], U32(k)))
+
+
+def _getreg(o, inst, m, d, ks, k):
+    w = o.sdst(d)
+    val = U32({4: 0, 1: 0xF0}.get(k & 0x3F, 0))     # HW_REG_TRAPSTS / MODE and the rest read as constants
+    return lambda g: w(g, np.full(g.n, val))
+
+
+def _setreg(o, inst, m, d, ks, k):
+    return lambda g: None              # MODE changes (rounding, denormals) are not simulated
+
+
+SOPK = {"s_movk_i32": _sopk_value, "s_cmovk_i32": _sopk_value, "s_addk_i32": _sopk_arith,
+        "s_mulk_i32": _sopk_arith, "s_getreg_b32": _getreg, "s_setreg_b32": _setreg, "s_setreg_imm32_b32": _setreg}
+SOPK.update({f"s_cmpk_{op}_{t}": _sopk_compare for op in ("eq", "lg", "gt", "ge", "lt", "le") for t in ("i32", "u32")})
 
 
 def compile_sopk(o, inst, m):
-    f, name = inst.f, inst.name
-    k = f["simm16"]
-    ks = k - 0x10000 if k & 0x8000 else k
-    d = f["sdst"]
-    if name == "s_movk_i32":
-        w = o.sdst(d)
-        v = U32(ks & 0xFFFFFFFF)
-        return lambda g: w(g, np.full(g.n, v, U32))
-    if name == "s_cmovk_i32":
-        w = o.sdst(d)
-        o.sreg(d)
-        v = U32(ks & 0xFFFFFFFF)
-        return lambda g: w(g, np.where(g.scc, v, g.S[:, d]))
-    if name in ("s_addk_i32", "s_mulk_i32"):
-        o.sreg(d)
-        w = o.sdst(d)
-
-        def run(g):
-            x = _i(g.S[:, d], False).astype(I64)
-            r = x + ks if name == "s_addk_i32" else x * ks
-            w(g, r.astype(U32))
-            if name == "s_addk_i32":
-                g.scc = (r > 0x7FFFFFFF) | (r < -0x80000000)
-        return run
-    if name.startswith("s_cmpk_"):
-        _, _, op, typ = name.split("_")
-        o.sreg(d)
-        cmpf = _SOPC[op]
-
-        def run(g):
-            x = g.S[:, d]
-            if typ == "i32":
-                g.scc = cmpf(_i(x, False), ks)
-            else:
-                g.scc = cmpf(x, U32(k))
-        return run
-    if name in ("s_getreg_b32",):
-        w = o.sdst(d)
-        hw = k & 0x3F
-        val = {4: 0, 1: 0xF0}.get(hw, 0)   # HW_REG_TRAPSTS / MODE and the rest read as constants
-        return lambda g: w(g, np.full(g.n, U32(val)))
-    if name in ("s_setreg_b32", "s_setreg_imm32_b32"):
-        return lambda g: None    # MODE changes (rounding, denormals) are not simulated
-    return None
+    k = inst.f["simm16"]
+    return SOPK[inst.name](o, inst, m, inst.f["sdst"], k - 0x10000 if k & 0x8000 else k, k)
 
 
 def waitcnt_fields(simm):
@@ -374,8 +387,7 @@ def compile_smem(o, inst, m):
             if d <= EXEC + 1 < d + n or d <= EXEC < d + n:
                 g.update_exec()
         return run
-    if name in ("s_dcache_wb", "s_dcache_inv", "s_dcache_wb_vol", "s_dcache_inv_vol", "s_dcache_discard",
-                "s_dcache_discard_x2", "s_atc_probe", "s_atc_probe_buffer"):     # cache and TLB hints
+    if name in SMEM_NAMES and not name.startswith("s_mem"):     # cache and TLB hints
         return lambda g: None
     if name == "s_memtime" or name == "s_memrealtime":
         w = o.sdst(f["sdata"], True)

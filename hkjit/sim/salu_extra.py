@@ -1,9 +1,11 @@
 """More SOP1 instructions: 64-bit bit ops, find-first-zero, signed find-last-bit, the 32-bit
-whole-quad and quad-mask forms, EXEC writes of s_andn{1,2}_wrexec_b64 and the SGPR-relative
-moves s_movrels / s_movreld (SGPR index = operand + M0). Values are (n,) arrays, one per wave."""
+whole-quad and quad-mask forms (added to salu.SOP1), EXEC writes of s_andn{1,2}_wrexec_b64 and
+the SGPR-relative moves s_movrels / s_movreld (SGPR index = operand + M0). Values are (n,)
+arrays, one per wave."""
 
 import numpy as np
 
+from .salu import SOP1
 from .state import EXEC, M0
 
 U32, U64, I64 = np.uint32, np.uint64, np.int64
@@ -35,40 +37,29 @@ def _quads(x, width, lanes_per_bit):
     return np.repeat(q, 4, axis=1) if lanes_per_bit == 4 else q
 
 
-# name -> (source is 64-bit, destination is 64-bit, fn(x, old_dst) -> (result, scc or None))
-SOP1 = {
-    "s_bitset0_b64": (False, True, lambda x, d: (d & ~(U64(1) << (x.astype(U64) & U64(63))), None)),
-    "s_bitset1_b64": (False, True, lambda x, d: (d | (U64(1) << (x.astype(U64) & U64(63))), None)),
-    "s_brev_b64": (True, True, lambda x, d: (_from_bits(_bits(x, 64)[:, ::-1]), None)),
-    "s_bcnt0_i32_b64": (True, False, lambda x, d: ((64 - _bits(x, 64).sum(1)).astype(U32), "nz")),
-    "s_ff0_i32_b32": (False, False, lambda x, d: (_first(~_bits(x, 32)), None)),
-    "s_ff0_i32_b64": (True, False, lambda x, d: (_first(~_bits(x, 64)), None)),
-    "s_flbit_i32": (False, False, lambda x, d: (_flbit_signed(x, 32), None)),
-    "s_flbit_i32_i64": (True, False, lambda x, d: (_flbit_signed(x, 64), None)),
-    "s_wqm_b32": (False, False, lambda x, d: (_from_bits(_quads(x, 32, 4)).astype(U32), "nz")),
-    "s_quadmask_b32": (False, False, lambda x, d: (_from_bits(_quads(x, 32, 1)).astype(U32), "nz")),
-    "s_bitreplicate_b64_b32": (False, True, lambda x, d: (_from_bits(np.repeat(_bits(x, 32), 2, axis=1)), None)),
-}
+SOP1.update({        # joins salu.SOP1: name -> (64-bit source, 64-bit destination, fn(x, old, scc), sets SCC)
+    "s_bitset0_b64": (False, True, lambda x, d, c: d & ~(U64(1) << (x.astype(U64) & U64(63))), False),
+    "s_bitset1_b64": (False, True, lambda x, d, c: d | (U64(1) << (x.astype(U64) & U64(63))), False),
+    "s_brev_b64": (True, True, lambda x, d, c: _from_bits(_bits(x, 64)[:, ::-1]), False),
+    "s_bcnt0_i32_b64": (True, False, lambda x, d, c: (64 - _bits(x, 64).sum(1)).astype(U32), True),
+    "s_ff0_i32_b32": (False, False, lambda x, d, c: _first(~_bits(x, 32)), False),
+    "s_ff0_i32_b64": (True, False, lambda x, d, c: _first(~_bits(x, 64)), False),
+    "s_flbit_i32": (False, False, lambda x, d, c: _flbit_signed(x, 32), False),
+    "s_flbit_i32_i64": (True, False, lambda x, d, c: _flbit_signed(x, 64), False),
+    "s_wqm_b32": (False, False, lambda x, d, c: _from_bits(_quads(x, 32, 4)).astype(U32), True),
+    "s_quadmask_b32": (False, False, lambda x, d, c: _from_bits(_quads(x, 32, 1)).astype(U32), True),
+    "s_bitreplicate_b64_b32": (False, True, lambda x, d, c: _from_bits(np.repeat(_bits(x, 32), 2, axis=1)), False),
+})
+
+
+def compilers(names):
+    return {n: compile_sop1 for n in names if n in ("s_andn1_wrexec_b64", "s_andn2_wrexec_b64")
+            or n.startswith(("s_movrels_", "s_movreld_"))}
 
 
 def compile_sop1(o, inst, m):
     f, name = inst.f, inst.name
     lit = f.get("literal")
-    if name in SOP1:
-        wide_src, wide_dst, fn = SOP1[name]
-        a = o.ssrc(f["ssrc0"], wide_src, lit)
-        d = f["sdst"]
-        old = o.ssrc(d, wide_dst) if name.startswith("s_bitset") else None
-        w = o.sdst(d, wide_dst)
-
-        def run(g):
-            x = np.broadcast_to(a(g), (g.n,))
-            r, scc = fn(x, old(g) if old else None)
-            r = np.asarray(r).astype(U64 if wide_dst else U32)
-            w(g, r)
-            if scc:
-                g.scc = r != 0
-        return run
     if name in ("s_andn1_wrexec_b64", "s_andn2_wrexec_b64"):
         a = o.ssrc(f["ssrc0"], True, lit)
         w = o.sdst(f["sdst"], True)

@@ -1,12 +1,12 @@
-"""Vector ALU: VOP1, VOP2, VOPC, VOP3 (incl. VOP3b carries) and VOP3P packed math, with VOP3
-modifiers (abs, neg, clamp, omod, op_sel), DPP and SDWA. MFMA lives in mfma.py."""
+"""Element-wise vector ALU instructions (VOP1, VOP2, VOP3) from one table, T, with VOP3 modifiers
+(abs, neg, clamp, omod, op_sel), DPP and SDWA. Compares: vopc.py; the others: vspecial.py,
+vop3p.py, mfma.py."""
 
 import contextlib
 
 import numpy as np
 
 from . import coverage, fp
-from .state import VCC, EXEC, pack_mask
 
 U16, U32, U64, I16, I32, I64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -42,21 +42,33 @@ def _bfe(x, off, width, signed):
 
 
 def _perm(a, b, sel):
-    # bytes 0-3 of the result come from {src0, src1} by selector bytes of src2
-    data = (a.astype(U64) << U64(32)) | b.astype(U64)
-    out = np.zeros(np.broadcast_shapes(a.shape, b.shape, sel.shape), U32)
+    """v_perm_b32: byte i of the result is picked by byte i of sel from the 8 bytes {src0, src1}
+    (src1 low): 0-7 a byte, 8-11 the sign of byte 1/3/5/7 replicated, 12 zero, 13-15 0xFF."""
+    if sel.size == 1 or (sel.shape[-1] == 1 and (sel == sel.reshape(-1)[0]).all()):
+        # one selector for all lanes (a constant or an SGPR, the usual case): shifts and masks
+        return _perm_const(a, b, int(sel.reshape(-1)[0]))
+    a, b, sel = np.broadcast_arrays(a.astype(U32), b.astype(U32), sel.astype(U32))
+    data = np.stack([b, a], -1).view(np.uint8)                            # (..., 8) bytes
+    sign = np.where(data[..., 1::2] >> 7, np.uint8(0xFF), np.uint8(0))     # (..., 4)
+    consts = np.broadcast_to(np.array([0, 0xFF, 0xFF, 0xFF], np.uint8), data.shape[:-1] + (4,))
+    table = np.concatenate([data, sign, consts], -1)                       # (..., 16)
+    pick = np.minimum(np.ascontiguousarray(sel).view(np.uint8).reshape(sel.shape + (4,)), 15)
+    return np.ascontiguousarray(np.take_along_axis(table, pick.astype(np.intp), -1)).view(U32)[..., 0]
+
+
+def _perm_const(a, b, sel):
+    data = a.astype(U64) << U64(32) | b.astype(U64)
+    out = None
     for i in range(4):
-        s = (sel >> U32(8 * i)) & U32(0xFF)
-        byte = ((data >> (np.minimum(s, U32(7)).astype(U64) * U64(8))) & U64(0xFF)).astype(U32)
-        sign = lambda k: np.where((data >> U64(8 * k + 7)) & U64(1), U32(0xFF), U32(0))
-        byte = np.where(s == 8, sign(1), byte)
-        byte = np.where(s == 9, sign(3), byte)
-        byte = np.where(s == 10, sign(5), byte)
-        byte = np.where(s == 11, sign(7), byte)
-        byte = np.where(s == 12, U32(0), byte)
-        byte = np.where(s >= 13, U32(0xFF), byte)
-        out |= byte << U32(8 * i)
-    return out
+        s = sel >> (8 * i) & 0xFF
+        if s < 8:
+            byte = (data >> U64(8 * s)) & U64(0xFF)
+        elif s < 12:
+            byte = np.where(data >> U64(8 * (2 * (s - 8) + 1) + 7) & U64(1), U64(0xFF), U64(0))
+        else:
+            byte = U64(0 if s == 12 else 0xFF)
+        out = byte << U64(8 * i) if out is None else out | byte << U64(8 * i)
+    return np.broadcast_to(out, np.broadcast_shapes(a.shape, b.shape)).astype(U32)
 
 
 def _frexp_exp(x):
@@ -295,41 +307,6 @@ def _norm16(x, signed):
     return np.rint(np.clip(x, 0, 1) * 65535).astype(U32)
 
 
-# ---------------------------------------------------------------- VOPC
-_CMPF = {"f": lambda a, b: np.zeros(np.broadcast_shapes(a.shape, b.shape), bool),
-         "lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "lg": lambda a, b: (a < b) | (a > b),
-         "ge": np.greater_equal, "o": lambda a, b: ~np.isnan(a) & ~np.isnan(b),
-         "u": lambda a, b: np.isnan(a) | np.isnan(b), "nge": lambda a, b: ~(a >= b), "nlg": lambda a, b: ~((a < b) | (a > b)),
-         "ngt": lambda a, b: ~(a > b), "nle": lambda a, b: ~(a <= b), "neq": lambda a, b: ~(a == b),
-         "nlt": lambda a, b: ~(a < b), "tru": lambda a, b: np.ones(np.broadcast_shapes(a.shape, b.shape), bool),
-         "ne": np.not_equal, "t": lambda a, b: np.ones(np.broadcast_shapes(a.shape, b.shape), bool)}
-
-
-def _cmp_class(x, mask):
-    m = mask.astype(U32)
-    isn = np.isnan(x)
-    # signalling NaN: quiet bit clear
-    if x.dtype == F32:
-        quiet = (x.view(U32) >> U32(22)) & U32(1) == 1
-    elif x.dtype == F16:
-        quiet = (x.view(U16) >> U16(9)) & U16(1) == 1
-    else:
-        quiet = (x.view(U64) >> U64(51)) & U64(1) == 1
-    neg = np.signbit(x)
-    tiny = np.finfo(x.dtype).tiny
-    ax = np.abs(x)
-    sub = (ax < tiny) & (ax > 0)
-    zero = ax == 0
-    inf = np.isinf(x)
-    normal = ~isn & ~inf & ~sub & ~zero
-    classes = [isn & ~quiet, isn & quiet, inf & neg, normal & neg, sub & neg, zero & neg, zero & ~neg,
-               sub & ~neg, normal & ~neg, inf & ~neg]
-    out = np.zeros(np.broadcast_shapes(x.shape, m.shape), bool)
-    for i, c in enumerate(classes):
-        out |= c & ((m >> U32(i)) & U32(1) == 1)
-    return out
-
-
 # ---------------------------------------------------------------- operand plumbing
 def _typed(raw, kind, hi=False):
     """uint32 raw (or uint64 for 64-bit kinds) -> typed array."""
@@ -441,6 +418,32 @@ def _sdwa_sel(x, sel, sext):
     return v.astype(U16).view(I16).astype(I32).view(U32) if sext else v
 
 
+def _compile_move(o, inst, kind):
+    """v_mov_b32 / v_mov_b64 without modifiers: a copy of register rows."""
+    f = inst.f
+    count = 2 if kind == "b64" else 1
+    d = o.vrow(f["vdst"], count=count, write=True)
+    if f["src0"] >= 256:
+        s = o.vrow(f["src0"] - 256, count=count)
+        src = lambda g: g.V[s:s + count]                                      # noqa: E731
+    elif count == 1:
+        r = o.src32(f["src0"], "b32", f.get("literal"))
+        src = lambda g: r(g)[None]                                            # noqa: E731
+    else:
+        r = o.src64(f["src0"], "b64", f.get("literal"))
+        src = lambda g: np.stack(np.broadcast_arrays(*[((r(g) >> U64(32 * i)) & U64(0xFFFFFFFF)).astype(U32)
+                                                       for i in range(2)]))   # noqa: E731
+
+    def run(g):
+        v = src(g)
+        if g.full:
+            g.V[d:d + count] = v
+        else:
+            for i in range(count):
+                np.copyto(g.V[d + i], np.broadcast_to(v[i], g.V[d + i].shape), where=g.exec)
+    return run
+
+
 def compile_valu(o, inst, m):
     f = inst.f
     name = inst.name
@@ -449,6 +452,8 @@ def compile_valu(o, inst, m):
     dk, sks, fn = T[name]
     nsrc = len(sks)
     fam = inst.fam
+    if name in ("v_mov_b32", "v_mov_b64") and not inst.sub and not any(f.get(k) for k in ("abs", "neg", "clamp", "omod")):
+        return _compile_move(o, inst, dk)
     e64 = fam == "VOP3"
     lit = f.get("literal")
     srcs = [f["src0"], f.get("vsrc1", 0) + 256 if fam == "VOP2" else f.get("src1"), f.get("src2")]
@@ -555,64 +560,6 @@ def compile_valu(o, inst, m):
     return run
 
 
-def compile_vopc(o, inst, m):
-    f = inst.f
-    name = inst.name
-    parts = name.split("_")  # v, cmp[x], op, type   | v_cmp[x]_class_f32
-    if len(parts) != 4 or parts[1] not in ("cmp", "cmpx"):
-        return None
-    cmpx = parts[1] == "cmpx"
-    opn, typ = parts[2], parts[3]
-    if typ not in VIEW:
-        return None
-    e64 = inst.fam == "VOP3"
-    lit = f.get("literal")
-    is_class = opn == "class"
-    kinds = (typ, "u32") if is_class else (typ, typ)
-    srcs = [f["src0"], f["src1"] if e64 else f["vsrc1"] + 256]
-    neg = f.get("neg", 0) if (e64 or inst.sub) else 0
-    ab = f.get("abs", 0) if (e64 or inst.sub) else 0
-    readers = []
-    for i, (k, v) in enumerate(zip(kinds, srcs)):
-        if inst.sub == "dpp":
-            raise o.err(coverage.limit("dpp-compare"))
-        if WIDTH[k] == 64:
-            rd = o.src64(v, k if _float(k) else "b64", lit)
-        else:
-            rd = o.src32(v, k if k in ("f16", "f32") else ("b16" if WIDTH[k] == 16 else "b32"), lit)
-            if inst.sub == "sdwa":
-                sel = f["src0_sel"] if i == 0 else f["src1_sel"]
-                sext = f["src0_sext"] if i == 0 else f["src1_sext"]
-                if sel != 6 or sext:
-                    rd = (lambda rd, sel, sext: lambda g: _sdwa_sel(rd(g), sel, sext))(rd, sel, sext)
-        rd = (lambda rd, k: lambda g: _typed(rd(g), k))(rd, k)
-        if _float(k) and ((neg >> i) & 1 or (ab >> i) & 1):
-            n_, a_ = (neg >> i) & 1, (ab >> i) & 1
-            rd = (lambda rd, n_, a_: lambda g: (-np.abs(rd(g)) if a_ else -rd(g)) if n_ else np.abs(rd(g)))(rd, n_, a_)
-        readers.append(rd)
-    cmpf = _cmp_class if is_class else _CMPF.get(opn)
-    if cmpf is None:
-        return None
-    sd = f["sdst"] if e64 or inst.sub == "sdwa" else VCC
-    if e64:
-        sd = f["vdst"]
-    o.sreg(sd, 2, write=True)
-    if cmpx:
-        o.sreg(EXEC, 2, write=True)
-    a, b = readers
-
-    def run(g):
-        with errstate:
-            r = cmpf(a(g), b(g))
-        r = np.broadcast_to(r, (g.n, 64)) & g.exec
-        packed = pack_mask(r)
-        if cmpx:
-            if not e64 or sd != EXEC:
-                g.S[:, sd:sd + 2] = packed
-            g.S[:, EXEC:EXEC + 2] = packed
-            g.update_exec()
-        else:
-            g.S[:, sd:sd + 2] = packed
-            if sd == EXEC:
-                g.update_exec()
-    return run
+def compilers(names):
+    """The element-wise VALU instructions (valu.T), by name."""
+    return {n: compile_valu for n in names if n in T}

@@ -223,10 +223,6 @@ _DS_WRITE = {"ds_write_b32": (4, 1), "ds_write_b64": (8, 1), "ds_write_b96": (12
              "ds_write2st64_b64": (8, 2), "ds_write_b8": (1, 1), "ds_write_b16": (2, 1),
              "ds_write_b8_d16_hi": (1, 1), "ds_write_b16_d16_hi": (2, 1)}
 
-# ds_read_b64_tr_b16: lane l, element n <- source lane (l & ~15) + ((l >> 2) & 3) + 4n, element l & 3
-_TR16_LANE = np.array([[(l & ~15) + ((l >> 2) & 3) + 4 * n for n in range(4)] for l in range(64)])
-_TR16_ELEM = np.array([[l & 3] * 4 for l in range(64)])
-
 
 def compile_ds(o, inst, m):
     f, name = inst.f, inst.name
@@ -304,15 +300,14 @@ def compile_ds(o, inst, m):
                 a = (base + oo) & 0xFFFFFFFF
                 parts.append(m.lds.read(g, mask, a, size, report))
             if tr:
-                # (k, 8) bytes per active lane -> gather over full wave then transpose
-                full = np.zeros((g.n, 64, 4), U16)
+                # in each 16 lanes, lane 4a + b gets element b of lanes a, a + 4, a + 8, a + 12
                 if mask is None:
-                    full[:] = parts[0].view(U16).reshape(g.n, 64, 4)
+                    full = parts[0].view(U16).reshape(g.n, 4, 4, 4, 4)         # [n, group, e, a, b]
                 else:
+                    full = np.zeros((g.n, 64, 4), U16)
                     full[mask] = parts[0].view(U16).reshape(-1, 4)
-                rows = np.arange(g.n)[:, None, None]
-                out = full[rows, _TR16_LANE[None], _TR16_ELEM[None]]    # (n, 64, 4)
-                dw = np.ascontiguousarray(out).view(U32)                  # (n, 64, 2)
+                    full = full.reshape(g.n, 4, 4, 4, 4)
+                dw = np.ascontiguousarray(full.transpose(0, 1, 3, 4, 2)).reshape(g.n, 64, 4).view(U32)
                 for i in range(2):
                     if mask is None:
                         g.V[d + i] = dw[:, :, i]
@@ -376,3 +371,17 @@ def compile_ds(o, inst, m):
             _issue(m, g, "lgkm", keys, iaddr)
         return run
     return None
+
+
+_DS_OTHER = {"ds_nop", "ds_bpermute_b32", "ds_permute_b32", "ds_swizzle_b32"}
+
+
+def compilers(names):
+    out = {}
+    for n in names:
+        if n in _DS_READ or n in _DS_WRITE or n in _DS_OTHER or atomics.parse_ds(n):
+            out[n] = compile_ds
+        mo = re.match(r"(global|flat)_(load_lds|load|store|atomic)_(\w+)$", n)
+        if mo and (mo.group(3) in _SIZES or atomics.parse_memory(n)):
+            out[n] = compile_global
+    return out

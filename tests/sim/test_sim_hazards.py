@@ -91,3 +91,15 @@ def test_hazard_collection_is_bounded(arch):
         run(build("hazards.hip", arch), "oob_loop", arch, (1, 1, 1), (64, 1, 1), [np.zeros(64, np.int32), 64, 10**6])
     assert "the launch was stopped after" in str(e.value)
     assert e.value.hazards[0].rule == "out-of-bounds" and e.value.hazards[0].count >= 1000
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lds_read_before_the_direct_to_lds_load_completes(arch):
+    x = np.random.default_rng(4).integers(1, 1000, 64).astype(np.int32)
+    with pytest.raises(SimHazardError) as e:
+        run(build("hazards.hip", arch, ("WAIT=0",)), "dma_read_early", arch, (1, 1, 1), (64, 1, 1),
+            [x, np.zeros(64, np.int32), 256])
+    assert [h.rule for h in e.value.hazards] == ["lds-dma-wait"] and "ds_read_b32" in e.value.hazards[0].inst
+    _, o = run(build("hazards.hip", arch, ("WAIT=1",)), "dma_read_early", arch, (1, 1, 1), (64, 1, 1),
+               [x, np.zeros(64, np.int32), 256])
+    np.testing.assert_array_equal(o, x)

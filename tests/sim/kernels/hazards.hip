@@ -63,3 +63,19 @@ extern "C" __global__ void oob_loop(int* o, int n, int iters) {
   int tid = __builtin_amdgcn_workitem_id_x();
   for (int k = 0; k < iters; ++k) o[n + tid + 64 * k] = k;
 }
+
+// A direct-to-LDS load read back before the s_waitcnt vmcnt that completes it (WAIT=1: with it).
+extern "C" __global__ void dma_read_early(const int* x, int* o, int nbytes) {
+  __shared__ int s[64];
+  int tid = __builtin_amdgcn_workitem_id_x();
+  __amdgpu_buffer_rsrc_t r = __builtin_amdgcn_make_buffer_rsrc((void*)x, (short)0, nbytes, 0x00020000);
+  __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (__attribute__((address_space(3))) void*)s, 4, tid * 4, 0, 0, 0);
+  unsigned lds = (unsigned)(__UINTPTR_TYPE__)(__attribute__((address_space(3))) int*)s + tid * 4;
+  int v;
+#if WAIT
+  asm volatile("s_waitcnt vmcnt(0)\n\tds_read_b32 %0, %1\n\ts_waitcnt lgkmcnt(0)" : "=v"(v) : "v"(lds) : "memory");
+#else
+  asm volatile("ds_read_b32 %0, %1\n\ts_waitcnt lgkmcnt(0)" : "=v"(v) : "v"(lds) : "memory");
+#endif
+  o[tid] = v;
+}
