@@ -102,6 +102,10 @@ def test_gemm_from_device_pointers(rocm_env):
     _run(rocm_env, "gemm_device_pointers")
 
 
+def test_rms_norm_from_numpy_and_device_pointers(rocm_env):
+    _run(rocm_env, "rms_norm")
+
+
 def test_invalid_images(rocm_env):
     _run(rocm_env, "invalid_images")
 
@@ -303,6 +307,34 @@ def case_gemm_device_pointers():
         _check_gemm(O.numpy(), a, b)
         for x in (A, B, O):
             _ok(hip.hipFree(x.ptr))
+
+
+def case_rms_norm():
+    """hkjit.rms_norm through HIP: NumPy rows on rocm:0 and rocm:1, and hipMalloc'd rows (DLPack)
+    written in place, each against a float64 reference."""
+    import hkjit
+    from hip import hip
+    rng = np.random.default_rng()
+
+    def reference(x, w, eps):
+        x64 = x.astype(np.float64)
+        return x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + eps) * w.astype(np.float64)
+    for shape, dt, device in (((5, 300), np.float16, None), ((3, 129), np.float32, "rocm:1")):
+        x = _random(shape, dt, rng)
+        w = (rng.random(shape[-1]) + 0.5).astype(dt)
+        out = np.full(shape, np.nan, dt)
+        assert hkjit.rms_norm(x, w, 1e-5, out=out, device=device) is out
+        ref = reference(x, w, 1e-5)
+        assert np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref) < 2e-3
+    x = _random((4, 200), np.float32, rng)
+    w = (rng.random(200) + 0.5).astype(np.float32)
+    X, W = HipArray(np.array(x), 1), HipArray(w, 1)
+    assert hkjit.rms_norm(X, W, 1e-5, out=X) is X              # in place on device 1
+    _ok(hip.hipDeviceSynchronize())
+    ref = reference(x, w, 1e-5)
+    assert np.linalg.norm(X.numpy() - ref) / np.linalg.norm(ref) < 1e-5
+    for a in (X, W):
+        _ok(hip.hipFree(a.ptr))
 
 
 def case_invalid_images():

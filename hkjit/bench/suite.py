@@ -140,7 +140,7 @@ def markdown(results, plots=()) -> str:
             k = r.get("mfma_per_k_step") or {}
             out.append(f"| {r.get('op', '')} | {r['target']} | {r['shape']} | {r['tile']} | "
                        f"{r['vgprs']}/{r['agprs']}/{r['sgprs']} | {r['lds_bytes'] // 1024} KiB | {r['spills']} | "
-                       f"{r['waves_per_simd']} | {k.get('per_block', '?')} / {k.get('tile_arithmetic', '?')} |")
+                       f"{r['waves_per_simd']} | {k.get('per_block', '—')} / {k.get('tile_arithmetic', '—')} |")
     if results.get("simulator"):
         out += ["", "## Simulator (hkjit's CDNA simulator executing the same code objects)", "",
                 "| op | device | shape | result | seconds |", "|---|---|---|---|---|"]
@@ -149,7 +149,8 @@ def markdown(results, plots=()) -> str:
             out.append(f"| {r['op']} | {r['device']} | {r['shape']} | {verdict} | "
                        f"{r.get('seconds', float('nan')):.2f} |")
     if results.get("simulator_speed"):
-        out += ["", "Simulator speed on one core (hazard checks on), the code objects above:", "",
+        out += ["", "Simulator speed (hazard checks on), the code objects above, measured where the report was "
+                    "generated (this report: a 2-core x86-64 CPU machine, one core used):", "",
                 "| op | device | shape | seconds | wave-instructions | per second |", "|---|---|---|---|---|---|"]
         for r in results["simulator_speed"]:
             out.append(f"| {r.get('op', '')} | {r['device']} | {r['shape']} | {r['seconds']:.2f} | "
@@ -157,6 +158,7 @@ def markdown(results, plots=()) -> str:
     out += ["", "## Where the analyses are", "",
             "Per-kernel design notes, every measured variant with its prediction and outcome, and ncu "
             "profiles of the shapes that fall short: `docs/notes/hopper_gemm.md` (sm_90a), "
+            "`docs/notes/rms_norm.md` (all targets), "
             "`docs/notes/cdna_gemm.md` (gfx942/gfx950, static only), `docs/notes/simulator.md`. "
             "GPU sections come from a run on the GPU machine (`gpu run command` above, its JSON in "
             "`docs/bench/`); the AMD sections need clang >= 20 and run anywhere; on a machine with both, "
@@ -181,7 +183,7 @@ def merge(results: dict, paths) -> dict:
         for section, value in earlier.items():
             if section == "env":
                 for k, v in value.items():
-                    results["env"].setdefault(k if k not in results["env"] else f"gpu run {k}", v)
+                    results["env"].setdefault(f"gpu run {k}", v)
             elif not results.get(section):
                 results[section] = value
     return results

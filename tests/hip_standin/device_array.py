@@ -46,9 +46,9 @@ class HipArray:
         self.ptr = int(ok(hip.hipMalloc(nbytes)))
         ok(hip.hipMemcpy(self.ptr, host.ctypes.data, nbytes, hip.hipMemcpyKind.hipMemcpyHostToDevice))
         ok(hip.hipSetDevice(caller))
-        self._shape = (ctypes.c_int64 * 2)(*host.shape)
+        self._shape = (ctypes.c_int64 * host.ndim)(*host.shape)
         code = _DL_BFLOAT if host.dtype.name == "bfloat16" else _DL_FLOAT
-        self._managed = _DLManagedTensor(_DLTensor(self.ptr, _DL_ROCM, device, 2, code, host.dtype.itemsize * 8, 1,
+        self._managed = _DLManagedTensor(_DLTensor(self.ptr, _DL_ROCM, device, host.ndim, code, host.dtype.itemsize * 8, 1,
                                                    self._shape, None, 0))
 
     def __dlpack_device__(self):
