@@ -1,6 +1,6 @@
 """MFMA: matrix fused multiply-add with the CDNA3/CDNA4 register layouts.
 
-For a single-block M x N x K shape, lane l of the wave holds (see shared/amd-isa-notes.md):
+For a single-block M x N x K shape, lane l of the wave holds (AMD's CDNA3/CDNA4 ISA documents and matrix instruction calculator):
   16x16xK: A[l%16][(K/4)(l/16)+j], B[(K/4)(l/16)+j][l%16], D register r: D[4(l/16)+r][l%16]
   32x32xK: A[l%32][(K/2)(l/32)+j], B[(K/2)(l/32)+j][l%32], D register r: D[8(r/4)+4(l/32)+r%4][l%32]
 Products are exact in float64 and the sum is rounded once to float32."""

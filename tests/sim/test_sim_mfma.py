@@ -1,5 +1,5 @@
 """Every MFMA shape hkjit uses, on both targets: lanes load raw A/B/C registers built from the
-documented layouts (shared/amd-isa-notes.md), run one MFMA, and D is checked against NumPy."""
+documented layouts (the CDNA3/CDNA4 ISA documents), run one MFMA, and D is checked against NumPy."""
 
 import numpy as np
 import pytest
