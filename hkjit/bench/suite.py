@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from .. import api, ops, runtime
 from .._version import __version__
 
