@@ -8,6 +8,7 @@ out to be unloadable.
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -128,25 +129,38 @@ def _index_store(cache, spec_id, key, fingerprint):
         pass  # read-only or full cache: the index is only a shortcut
 
 
-def _source_path(spec: Specialization, key: str, cache) -> Path:
-    ext = ".cu" if spec.target.is_nvidia else ".hip"
-    for root in (Path(cache.root) / "sources", Path(tempfile.gettempdir()) / "hkjit-sources"):
-        try:
-            root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = root / f"{spec.op}-{spec.target.arch}-{key[:16]}{ext}"
-            path.write_text(spec_mod.render(spec))
-            return path
-        except OSError:
-            continue
-    raise OSError("no writable folder for generated sources (cache dir and temp dir both failed)")
+def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Path | None]:
+    """(text, path, private folder or None) of the generated unit, written where the compiler and a
+    user reading a CompileError can find it: the cache's own sources/ (0700), else a fresh private
+    temporary folder (mkdtemp: 0700 and unpredictable, so no other user can plant a link or swap
+    the file). Never through a link; the compiler gets the text itself, not a re-read."""
+    text = spec_mod.render(spec)
+    name = f"{spec.op}-{spec.target.arch}-{key[:16]}{'.cu' if spec.target.is_nvidia else '.hip'}"
+    try:
+        root = Path(cache.root) / "sources"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write_no_follow(root / name, text)
+        return text, root / name, None
+    except OSError:
+        private = Path(tempfile.mkdtemp(prefix="hkjit-src-"))
+        _write_no_follow(private / name, text)
+        return text, private / name, private
+
+
+def _write_no_follow(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _compile(spec: Specialization, key: str, compiler, cache):
     def build():
         comp = compiler_mod.find_compiler(spec.target, compiler)
-        path = _source_path(spec, key, cache)
+        text, path, private = _write_source(spec, key, cache)
         t0 = time.perf_counter()
-        result = comp.compile(path.read_text(), path, spec.target, _include_dirs(), spec.entry)
+        result = comp.compile(text, path, spec.target, _include_dirs(), spec.entry)
+        if private is not None:   # kept only when the compile fails: its error names the file
+            shutil.rmtree(private, ignore_errors=True)
         meta = dict(result.meta)
         flags = [f for f in comp.flags(spec.target, _include_dirs()) if not f.startswith("-I")]
         meta.update(op=spec.op, target=spec.target.id, entry=spec.entry, params=spec.param_dict,

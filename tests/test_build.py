@@ -92,3 +92,30 @@ def test_index_is_ignored_once_the_compiler_changes(cache_dir, monkeypatch, tmp_
     monkeypatch.setattr(compiler, "find_compiler", lambda *a, **k: asked.append(1) or real(*a, **k))
     hkjit.build("gemm", target="gfx950", **SMALL)
     assert asked, "a stale index entry was trusted after the compiler changed"
+
+
+@needs_nvrtc
+def test_generated_source_never_goes_through_a_shared_predictable_path(cache_dir, tmp_path):
+    """With the cache's sources/ unwritable, the unit goes to a fresh private folder that is removed
+    after the compile: a link planted at the old shared /tmp path is not followed, and nothing is
+    left behind."""
+    import tempfile
+    from pathlib import Path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / "sources").write_text("not a folder")          # mkdir of sources/ fails
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    shared = Path(tempfile.gettempdir()) / "hkjit-sources"
+    shared.mkdir(exist_ok=True)
+    plant = hkjit.ops.get("gemm").plan("sm_90a", m=96, n=96, k=96).spec
+    key = jit.cache_key(plant)
+    link = shared / f"gemm-sm_90a-{key[:16]}.cu"
+    link.unlink(missing_ok=True)
+    link.symlink_to(victim)
+    before = set(Path(tempfile.gettempdir()).glob("hkjit-src-*"))
+    try:
+        assert hkjit.build("gemm", target="sm_90a", m=96, n=96, k=96).compiled
+    finally:
+        link.unlink()
+    assert victim.read_text() == "precious"
+    assert set(Path(tempfile.gettempdir()).glob("hkjit-src-*")) == before
