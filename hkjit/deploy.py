@@ -187,10 +187,24 @@ class _Recorder:
         self.seen = self._already_recorded()
 
     def _already_recorded(self) -> set:
+        """What the file holds; a file that is not empty and not an hkjit manifest is refused, so
+        HKJIT_RECORD can never append to some other file."""
         try:
-            return set(load_manifest(self.path))
-        except (InvalidArgumentError, OSError):
+            if self.path.is_symlink() or (self.path.exists() and self.path.stat().st_size == 0):
+                if self.path.is_symlink():
+                    raise InvalidArgumentError(f"{self.path} is a symbolic link; HKJIT_RECORD writes only "
+                                               "to a regular manifest file")
+                return set()
+            doc = tomllib.loads(self.path.read_text())
+        except FileNotFoundError:
             return set()
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise InvalidArgumentError(f"{self.path} is not an hkjit manifest ({e}); HKJIT_RECORD appends only "
+                                       "to manifests it wrote: name a new file") from None
+        if doc.get("version") != MANIFEST_VERSION:
+            raise InvalidArgumentError(f"{self.path} is not an hkjit manifest (no `version = {MANIFEST_VERSION}`); "
+                                       "HKJIT_RECORD appends only to manifests it wrote: name a new file")
+        return set(jobs_from_manifest(doc, str(self.path)))
 
     def add(self, op: str, target: str, params: dict):
         job = Job(op, target, tuple(plain_params(params).items()))
@@ -201,7 +215,7 @@ class _Recorder:
             self._append(job)
 
     def _append(self, job: Job):
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -311,20 +325,49 @@ class BundleWriter:
 
 
 def _check_replaceable(dest: Path):
-    """Refuse to overwrite anything that is not an hkjit bundle (or empty)."""
+    """Refuse to replace anything hkjit cannot prove it wrote: an existing output must be an empty
+    directory, or a bundle whose manifest is hkjit's and lists every file it holds."""
+    if dest.is_symlink():
+        raise InvalidArgumentError(f"{dest} is a symbolic link; choose a new output path (-o)")
     if not dest.exists():
         return
-    if dest.is_dir() and not (dest / BUNDLE_MANIFEST).exists() and any(dest.iterdir()):
-        raise InvalidArgumentError(f"{dest} is a non-empty directory that is not an hkjit bundle; "
-                                   "choose a new output path (-o)")
-    if dest.is_file() and not _is_bundle_archive(dest):
+    if dest.is_dir():
+        if any(dest.iterdir()) and not _is_bundle_directory(dest):
+            raise InvalidArgumentError(f"{dest} is a non-empty directory that is not an hkjit bundle (hkjit "
+                                       "replaces only a bundle it wrote, holding only the files its manifest "
+                                       "lists); choose a new output path (-o)")
+    elif not _is_bundle_archive(dest):
         raise InvalidArgumentError(f"{dest} exists and is not a bundle archive; choose a new output path (-o)")
+
+
+def _bundle_manifest_paths(text: bytes) -> set | None:
+    """The member paths an hkjit bundle manifest lists (itself included), or None if it is not one."""
+    try:
+        manifest = json.loads(text)
+        if manifest.get("format") != "hkjit-bundle" or not isinstance(manifest.get("entries"), list):
+            return None
+        return {BUNDLE_MANIFEST} | {str(r["path"]) for r in manifest["entries"]}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _is_bundle_directory(path: Path) -> bool:
+    try:
+        listed = _bundle_manifest_paths((path / BUNDLE_MANIFEST).read_bytes())
+        if listed is None:
+            return False
+        for f in path.rglob("*"):
+            if f.is_symlink() or (f.is_file() and f.relative_to(path).as_posix() not in listed):
+                return False
+        return True
+    except OSError:
+        return False
 
 
 def _is_bundle_archive(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
-            return BUNDLE_MANIFEST in z.namelist()
+            return BUNDLE_MANIFEST in z.namelist() and _bundle_manifest_paths(z.read(BUNDLE_MANIFEST)) is not None
     except (OSError, zipfile.BadZipFile):
         return False
 

@@ -330,6 +330,42 @@ def test_precompile_refuses_to_overwrite_a_non_bundle(tmp_path):
     assert zipfile.ZipFile(tmp_path / "photos.zip").namelist() == ["cat.jpg"]
 
 
+def test_precompile_replaces_only_what_it_can_prove_it_wrote(tmp_path):
+    """A folder holding a file named like a bundle manifest ({} or a foreign one), or a real bundle
+    with a user's file added, is refused and left whole; hkjit's own bundle is replaced."""
+    for manifest in ("{}", '{"format": "photo-album", "entries": []}'):
+        d = tmp_path / f"user{len(manifest)}"
+        d.mkdir()
+        (d / "hkjit-bundle.json").write_text(manifest)
+        (d / "thesis.tex").write_text("keep me")
+        with pytest.raises(InvalidArgumentError, match="not an hkjit bundle"):
+            precompile([], d)
+        assert (d / "thesis.tex").read_text() == "keep me"
+    bundle = tmp_path / "bundle"
+    precompile([], bundle)
+    precompile([], bundle)                                # its own bundle: replaced
+    (bundle / "notes.txt").write_text("mine")
+    with pytest.raises(InvalidArgumentError, match="not an hkjit bundle"):
+        precompile([], bundle)
+    assert (bundle / "notes.txt").read_text() == "mine"
+
+
+def test_record_refuses_a_file_that_is_not_a_manifest(tmp_path, monkeypatch):
+    """HKJIT_RECORD never appends to another file (it warns and records nothing), nor through a link."""
+    victim = tmp_path / "hosts"
+    victim.write_text("127.0.0.1 localhost\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(tmp_path / "new-target.toml")
+    for path in (victim, link):
+        deploy._recorders.clear()
+        monkeypatch.setenv("HKJIT_RECORD", str(path))
+        with pytest.warns(CacheWarning, match="could not record"):
+            deploy.record("gemm", "gfx950", {"m": 1})
+    assert victim.read_text() == "127.0.0.1 localhost\n"
+    assert not (tmp_path / "new-target.toml").exists()
+    deploy._recorders.clear()
+
+
 # ----------------------------------------------------------------------------- deployment, offline
 
 @pytest.mark.parametrize("form", ["directory", "zip"])
