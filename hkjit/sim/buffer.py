@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from . import atomics
-from .vmem import _SIZES, _atomic_memory, _compile_load_lds, _extend, _issue, _oob, _scatter_rows
+from .vmem import _SIZES, _atomic_memory, _compile_load_lds, _extend, _issue, _merge_d16, _oob, _scatter_rows
 
 U8, U32, I64 = np.uint8, np.uint32, np.int64
 LANES = np.arange(64, dtype=I64)
@@ -163,9 +163,7 @@ def compile_mubuf(o, inst, m):
                     if sel.any():
                         v[sel] = _extend(m.mem.load(a[sel, 0], size, report(g)), size, signed)
                     if d16:
-                        old = g.V[d].reshape(-1) if mask is None else g.V[d][mask]
-                        v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if d16 == "lo" else \
-                            (old & U32(0xFFFF)) | (v << U32(16))
+                        v = _merge_d16(g, d, mask, v, d16)
                     data = v[:, None]
                 _scatter_rows(g, d, nd, data, mask)
             _issue(m, g, "vm", keys, iaddr)

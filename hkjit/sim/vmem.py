@@ -31,6 +31,14 @@ def _scatter_rows(g, d, nd, data, mask):
             g.V[d + i][mask] = data[:, i]
 
 
+def _merge_d16(g, d, mask, v, d16):
+    """A 16-bit load into one half of each lane's register ("lo" or "hi"), the other half kept."""
+    old = (g.V[d] if mask is None else g.V[d][mask]).reshape(-1)
+    if d16 == "lo":
+        return (old & U32(0xFFFF0000)) | (v & U32(0xFFFF))
+    return (old & U32(0xFFFF)) | (v << U32(16))
+
+
 def _extend(raw_bytes, size, signed):
     """(k, size) uint8 -> (k,) uint32 zero/sign-extended."""
     if size == 1:
@@ -100,10 +108,7 @@ def compile_global(o, inst, m):
                 if size < 4:
                     v = _extend(data, size, signed)
                     if d16:
-                        old = g.V[d] if mask is None else g.V[d][mask]
-                        old = old.reshape(-1)
-                        v = (old & U32(0xFFFF0000)) | (v & U32(0xFFFF)) if d16 == "lo" else \
-                            (old & U32(0xFFFF)) | (v << U32(16))
+                        v = _merge_d16(g, d, mask, v, d16)
                     data = v[:, None]
                 _scatter_rows(g, d, nd, data, mask)
             _issue(m, g, "vm", keys, iaddr)
