@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CacheError, CacheWarning, InvalidArgumentError, OfflineMissError
+from . import index as index_mod
 from .bundle import Bundle, bundle_paths_from_env
 from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry_file, read_entry_info, \
     write_atomically
@@ -222,6 +223,31 @@ class Cache:
                 self._set_aside(path, (e.stat.st_dev, e.stat.st_ino), str(e))
             except OSError as e:
                 problems.append((path, f"unreadable: {e}"))
+        return problems + self._verify_index()
+
+    def _verify_index(self) -> list[tuple[Path, str]]:
+        """Key index records: whole (checksum), and naming an entry that is what the record expects.
+        A bad record is removed (it is only a shortcut: the key is computed again)."""
+        problems = []
+        for path in index_mod.record_files(self.root):
+            try:
+                record = index_mod.read_record(path)
+                if record is None:
+                    continue
+                problem = None
+                entry_path = self.entry_path(check_key(record["key"]))
+                with suppress(FileNotFoundError):   # a pruned entry: the record is merely stale
+                    entry, _ = read_entry_file(entry_path, record["key"], touch=False)
+                    problem = index_mod.expectation_problem(record["expect"], entry.meta)
+                    if problem:
+                        problem = f"names the entry {entry_path}, but {problem}"
+            except (index_mod.CorruptRecordError, InvalidArgumentError) as e:
+                problem = str(e)
+            except (CorruptEntryError, OSError):
+                continue    # the entry itself is reported (and set aside) above
+            if problem:
+                problems.append((path, f"key index record: {problem}"))
+                index_mod.remove_record(path)
         return problems
 
     def prune(self, max_size, *, grace: float | None = None, wait: bool = True) -> dict:
@@ -381,6 +407,10 @@ class Cache:
                         f"hkjit: could not {what}: {error.strerror or error} [{name}]. Kernels this process "
                         "compiles stay in memory only, and the next process compiles them again. Fix: free "
                         "disk space or permissions there, or point HKJIT_CACHE_DIR at a writable directory.")
+
+    def mkdirs(self, relative) -> Path:
+        """root/relative, created (each level 0700) where missing; OSError when it cannot be."""
+        return self._mkdirs(relative)
 
     def _mkdirs(self, relative) -> Path:
         """Create root/relative and every missing folder on the way, each 0700 (Path.mkdir's
