@@ -159,8 +159,7 @@ def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Pat
     text = spec_mod.render(spec)
     name = f"{spec.op}-{spec.target.arch}-{key[:16]}{'.cu' if spec.target.is_nvidia else '.hip'}"
     try:
-        root = Path(cache.root) / "sources"
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root = cache.mkdirs("sources")   # every level it creates 0700
         _write_no_follow(root / name, text)
         return text, root / name, None
     except OSError:

@@ -16,16 +16,18 @@ from typing import Callable
 
 from ..errors import CacheError, CacheWarning, InvalidArgumentError, OfflineMissError
 from . import index as index_mod
-from .bundle import Bundle, bundle_paths_from_env
+from .bundle import MAX_TOOLCHAINS, Bundle, bundle_paths_from_env, toolchain_problem
 from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry_file, read_entry_info, \
-    write_atomically
+    write_atomically, write_temp
 from .key import ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath
 from .lock import KeyLock
+from .perms import check_private, make_private_dirs
 from .prune import entry_files, evict, quarantine_files, remove_stale_temps
 
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 PRUNE_GRACE_S = 60.0        # an entry used this recently is "in use": prune never evicts it
 _TOOLCHAINS_FILE = "toolchains.json"   # toolchains of kernels imported from bundles
+_MAX_TOOLCHAINS_FILE = 1 << 20          # a few toolchains are a few KB; read no more than this
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -179,11 +181,51 @@ class Cache:
             self._degrade(e, f"write {self.root / _TOOLCHAINS_FILE}")
 
     def _imported_toolchains(self) -> list[dict]:
+        """toolchains.json's toolchains; a file that is not a list of them is ignored with a warning
+        (it must never break lookups on a host with no compiler)."""
+        path = self.root / _TOOLCHAINS_FILE
         try:
-            found = json.loads((self.root / _TOOLCHAINS_FILE).read_text())
-        except (OSError, ValueError):
+            with open(path, "rb") as f:
+                found = json.loads(f.read(_MAX_TOOLCHAINS_FILE + 1))
+        except FileNotFoundError:
             return []
-        return found if isinstance(found, list) else []
+        except (OSError, ValueError) as e:
+            found = e
+        if isinstance(found, list) and len(found) <= MAX_TOOLCHAINS \
+                and not any(toolchain_problem(t) for t in found):
+            return found
+        self._warn_once(("toolchains", path), f"hkjit: {path} is not a list of toolchains hkjit wrote; "
+                                              "ignoring it (`hkjit cache clear` removes it, a cache import "
+                                              "writes it again)")
+        return []
+
+    def put_all(self, items) -> int:
+        """Store every (key, code, meta) of `items` or none of them (a bundle import): each entry
+        is staged as a temp file beside its place and renamed in only when all are staged; on any
+        failure (a bad item, a full disk) the temps and any entry placed by this call are removed,
+        so the cache is as it was. Entries already on disk are kept (same key, same meaning).
+        Returns how many were added."""
+        staged, placed = [], []
+        try:
+            for key, code, meta in items:
+                check_key(key)
+                path = self.entry_path(key)
+                if path.exists() or any(p == path for _, p in staged):
+                    continue
+                self._mkdirs(path.parent.relative_to(self.root))
+                staged.append((write_temp(path, encode_entry(key, code, meta)), path))
+            for tmp, path in staged:
+                os.replace(tmp, path)
+                placed.append(path)
+        except BaseException:
+            for tmp, _ in staged:
+                with suppress(OSError):
+                    os.unlink(tmp)
+            for path in placed:
+                with suppress(OSError):
+                    os.unlink(path)
+            raise
+        return len(placed)
 
     # ---- maintenance
 
@@ -211,6 +253,7 @@ class Cache:
 
     def verify(self) -> list[tuple[Path, str]]:
         """Check every entry's checksum; set aside the corrupt ones. Returns (path, problem) pairs."""
+        self.check_private()
         problems = []
         for path in entry_files(self.root):
             key = path.stem
@@ -286,8 +329,12 @@ class Cache:
         for path in quarantine_files(self.root):
             with suppress(OSError):
                 path.unlink()
-        # hkjit.jit's key index (spec -> key shortcuts): harmless when stale, but `clear` means clear.
-        shutil.rmtree(self.root / "index", ignore_errors=True)
+        # Everything else hkjit writes here: the key index (spec -> key shortcuts), generated sources
+        # and the imported toolchains. Harmless when stale, but `clear` means clear.
+        for folder in ("index", "sources"):
+            shutil.rmtree(self.root / folder, ignore_errors=True)
+        with suppress(OSError):
+            (self.root / _TOOLCHAINS_FILE).unlink()
         with self._mutex:
             self._memory.clear()
         return report
@@ -313,6 +360,7 @@ class Cache:
         return None
 
     def _from_disk(self, key: str) -> Entry | None:
+        self.check_private()
         path = self.entry_path(key)
         try:
             entry, st = read_entry_file(path, key)
@@ -413,14 +461,20 @@ class Cache:
         return self._mkdirs(relative)
 
     def _mkdirs(self, relative) -> Path:
-        """Create root/relative and every missing folder on the way, each 0700 (Path.mkdir's
-        parents=True would give the parents the umask's default, e.g. 0755)."""
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """Create root/relative and every missing folder on the way, each 0700, after checking that
+        no other user can write the root or entries/ (UnsafeCacheError)."""
+        self.check_private()
+        make_private_dirs(self.root)
         current = self.root
         for part in Path(relative).parts:
             current = current / part
             current.mkdir(mode=0o700, exist_ok=True)
         return current
+
+    def check_private(self) -> None:
+        """UnsafeCacheError when another user could write the cache root or its entries/ (see perms)."""
+        check_private(self.root, follow=True)
+        check_private(self.root / "entries", follow=False)
 
     def _warn_once(self, tag, message: str):
         if tag not in self._warned:
