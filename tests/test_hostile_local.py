@@ -22,7 +22,7 @@ import pytest
 import hkjit
 from hkjit import jit
 from hkjit.cache import BUNDLE_MANIFEST, Bundle, Cache, bundle as bundle_mod, entry as entry_mod, entry_relpath, \
-    index as index_mod, perms
+    index as index_mod, perms, store as store_mod
 from hkjit.deploy import BundleWriter, import_bundle
 from hkjit.errors import BundleError, CacheError, CacheWarning, UnsafeCacheError
 
@@ -376,3 +376,53 @@ def test_planted_link_at_an_index_record_is_not_followed(tmp_path):
         index_mod.read_record(path)
     index_mod.write_record(root, "ab" * 32, "cd" * 32, [], {}, cache.mkdirs)   # replaces the link
     assert victim.read_text() == "precious" and not path.is_symlink()
+
+
+# ------------------------------------------------- links planted where hkjit writes in the cache
+
+KEY = "ab" * 32
+
+
+def _plant(path, victim):
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.symlink_to(victim)
+
+
+@pytest.mark.parametrize("where", ["entry", "lock", "toolchains", "index"])
+def test_links_planted_where_hkjit_writes_are_never_followed(tmp_path, where):
+    root = tmp_path / "cache"
+    cache = Cache(root, bundle_paths=[])
+    cache.mkdirs("entries")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = {"entry": cache.entry_path(KEY), "lock": cache.lock_path(KEY),
+               "toolchains": root / "toolchains.json", "index": index_mod.record_path(root, KEY)}[where]
+    _plant(planted, victim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWarning)   # the lock case compiles in memory, with a warning
+        if where == "toolchains":
+            cache.add_toolchains([{"target": "gfx950", "compiler": "clang", "flags": []}])
+        elif where == "index":
+            index_mod.write_record(root, KEY, "cd" * 32, [], {}, cache.mkdirs)
+        else:
+            entry, built = cache.get_or_build(KEY, lambda: (b"code", {"op": "x"}))
+            assert built and entry.code == b"code"
+    assert victim.read_text() == "precious"
+    if where != "lock":
+        assert not planted.is_symlink()   # the link itself was replaced by hkjit's file
+
+
+def test_set_aside_never_writes_through_a_link(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    cache = Cache(root, bundle_paths=[])
+    cache.put(KEY, b"code", {})
+    path = cache.entry_path(KEY)
+    path.write_bytes(path.read_bytes()[:-1])   # corrupt: the next get sets it aside with a .why note
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    monkeypatch.setattr(store_mod.time, "strftime", lambda *a: "FIXED")
+    why = root / "quarantine" / f"{KEY}.FIXED.{os.getpid()}.why"
+    _plant(why, victim)
+    with pytest.warns(CacheWarning, match="was bad"):
+        assert Cache(root, bundle_paths=[]).get(KEY) is None
+    assert victim.read_text() == "precious"

@@ -491,8 +491,10 @@ class Cache:
             qdir = self._mkdirs("quarantine")
             target = qdir / f"{path.stem}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}{ENTRY_SUFFIX}"
             os.replace(path, target)
-            with suppress(OSError):
-                target.with_suffix(".why").write_text(reason + "\n")
+            with suppress(OSError):   # a fresh file, never through a planted link
+                fd = os.open(target.with_suffix(".why"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(reason + "\n")
         except FileNotFoundError:
             return   # already set aside (or pruned) by another process
         except OSError as e:
