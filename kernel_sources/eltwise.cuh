@@ -27,11 +27,12 @@
 //                ROW_THREADS * ROWS rows. ROWS * CHUNKS independent loads (twice that gated) are
 //                in flight per thread.
 //
-// Schedules (hkjit/ops/activations.py picks them; 16-byte accesses):
-//   contiguous (one long row)    ROW_THREADS = THREADS, ROWS 1, CHUNKS 4  <hk::bf16, act::silu, false, 8, 256, 256, 1, 4>
-//   short strided rows (<= 2K)   a row group per row, ROWS x CHUNKS = 4   <hk::bf16, act::silu, false, 8, 256, 32, 2, 2>
-//   gated, d = 256               a warp per row, 2 rows                   <hk::bf16, act::silu, true, 8, 256, 32, 2, 1>
-//   gated, d = 8192              a block per 4096 columns                 <hk::bf16, act::silu, true, 8, 256, 256, 1, 2>
+// Schedules (hkjit/ops/activations.py picks them; bf16, 16-byte accesses):
+//   contiguous unary (one long row)   a block per 8192 elements      <hk::bf16, hk::act::silu, false, 8, 256, 256, 1, 4>
+//   strided rows of 4096              a 128-thread group per row     <hk::bf16, hk::act::silu, false, 8, 256, 128, 1, 4>
+//   strided rows of 77                4 threads per row, 64 rows     <hk::bf16, hk::act::silu, false, 8, 256, 4, 1, 3>
+//   gated, d = 128 (x 4096 x 256)     8 threads per row, 32 rows     <hk::bf16, hk::act::silu, true, 8, 256, 8, 1, 2>
+//   gated, d = 8192                   a block per 4096 columns       <hk::bf16, hk::act::silu, true, 8, 256, 256, 1, 2>
 //
 // args (the kernel's single parameter, passed by value), fields in this order:
 //   const T*  x              row r at x + r * x_row_stride

@@ -23,10 +23,16 @@
 //                running max and a sum rescaled to it per thread (online softmax), combined over
 //                the row group once at the end; the second pass writes y.
 //
-// Schedules (hkjit/ops/softmax.py; 16-byte accesses):
-//   short rows (128)       ROW_THREADS < warp, CHUNKS 2           <hk::bf16, 8, 256, 8, 1, 2>
-//   rows of 4K / 8K        a few warps per row, CHUNKS 4          <hk::bf16, 8, 256, 128, 1, 4> (4096)
-//   long rows (<= 65536)   one row per 1024-thread block          <hk::bf16, 8, 1024, 1024, 1, 8>
+// Schedules (hkjit/ops/softmax.py; bf16, 16-byte accesses):
+//   short rows (128)       8 threads per row, 32 rows per block     <hk::bf16, 8, 256, 8, 1, 2>
+//   rows of 4K / 8K        a group of warps per row                 <hk::bf16, 8, 128, 128, 1, 4> (4096)
+//                                                                   <hk::bf16, 8, 256, 256, 1, 4> (8192)
+//   rows of 32K            one row per 1024-thread block            <hk::bf16, 8, 1024, 1024, 1, 4>
+//   rows of 64K            CDNA: in registers                       <hk::bf16, 8, 1024, 1024, 1, 8>
+//                          sm_90a (64 registers a thread): read twice <hk::bf16, 8, 1024, 1024, 1, 4>
+// The output is converted and stored one chunk per thread at a time: converting the whole fp32
+// row at once keeps a compare mask per element live in scalar registers on gfx942 (software bf16
+// rounding) and spills them.
 //
 // args (passed by value), fields in this order:
 //   const T*  x; T* y; long long x_row_stride, y_row_stride; int rows, hidden; float scale_log2e
