@@ -164,14 +164,18 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
 # --- static figures ------------------------------------------------------------------------------
 STATIC = [("silu", 16384, 4096, False), ("silu", 16384, 4096, True), ("gelu", 16384, 8192, False),
           ("gelu_tanh", 16384, 4096, False), ("relu", 16384, 4096, False), ("tanh", 16384, 4096, False),
-          ("silu_and_mul", 4096, 128, False), ("silu_and_mul", 16384, 4096, False), ("gelu_and_mul", 4096, 8192, False)]
+          ("silu_and_mul", 4096, 128, None), ("silu_and_mul", 16384, 4096, None), ("gelu_and_mul", 4096, 8192, None)]
+
+
+def _layout(strided):
+    return {} if strided is None else {"strided": strided}     # (gated ops have no flat layout)
 
 
 @needs_clang
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 @pytest.mark.parametrize("name,rows,cols,strided", STATIC)
 def test_amd_static(cache_dir, arch, name, rows, cols, strided):
-    report = hkjit.inspect(name, arch, rows=rows, cols=cols, strided=strided)
+    report = hkjit.inspect(name, arch, rows=rows, cols=cols, **_layout(strided))
     assert report["spills"] == 0 and report["scratch_bytes"] == 0 and report["params"]["vec"] == 8
     assert report["kernarg_bytes"] >= ctypes.sizeof(activations.Args)
     mix = report.get("instruction_mix")
@@ -185,7 +189,7 @@ def nvrtc_compile(name, rows, cols, strided):
         comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
     except CompilerNotFoundError as e:
         pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, strided=strided).spec
+    spec = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, **_layout(strided)).spec
     return comp.compile(spec_mod.render(spec), Path(f"{name}_unit.cu"), spec.target,
                         [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
 

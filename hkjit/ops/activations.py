@@ -82,13 +82,17 @@ class ActivationOp(Op):
 
     def __init__(self, name, acts, gated, eager, doc):
         self.name, self.acts, self.gated, self.eager = name, acts, gated, eager
-        self.params = (
+        params = [
             Param("rows", "size", doc="rows (the product of x's leading dimensions)"),
             Param("cols", "size", doc="the output's last dimension (x's is twice that when gated)"),
             Param("dtype", "dtype", "bfloat16", DTYPES_IN, "x and the output"),
             Param("align", "choice", 16, (2, 4, 8, 16), "byte alignment of the pointers and row strides"),
-            Param("strided", "bool", False, doc="rows of x or out are not back to back"),
-        ) + ((Param("approximate", "choice", "none", tuple(acts), "the gelu form"),) if len(acts) > 1 else ())
+        ]
+        if not gated:   # contiguous unary calls read one long row (see is_flat)
+            params.append(Param("strided", "bool", False, doc="rows of x or out are not back to back"))
+        if len(acts) > 1:
+            params.append(Param("approximate", "choice", "none", tuple(acts), "the activation's form"))
+        self.params = tuple(params)
         self.__doc__ = doc
 
     def plan_for(self, target, p, tiles) -> Plan:
@@ -132,11 +136,12 @@ class ActivationOp(Op):
             y_stride = rows_of(name, "out", O)[1]
         if device is None:
             return None
-        strided = rows > 1 and (x_stride != X.shape[-1] or y_stride != cols)
         itemsize = X.dtype.itemsize
         gate = (X.ptr + cols * itemsize, x_stride) if self.gated else (0, 0)
         align = alignment(itemsize, rows, (X.ptr, x_stride), (O.ptr if O is not None else 0, y_stride), gate)
-        request = dict(rows=rows, cols=cols, dtype=dtype, align=align, strided=strided)
+        request = dict(rows=rows, cols=cols, dtype=dtype, align=align)
+        if not self.gated:
+            request["strided"] = rows > 1 and (x_stride != cols or y_stride != cols)
         if len(self.acts) > 1:
             request["approximate"] = approximate
         flat = is_flat(request, self.gated)
