@@ -157,15 +157,18 @@ class ActivationOp(Op):
 
     # --- `hkjit bench <name>` (hkjit/bench/memory_bound.py) -----------------------------------
     def bench_cases(self, quick):
-        if self.gated:   # x's shape (rows, 2 d): the kernel set's, then LLM MLPs (d = 4096, 8192)
+        if self.gated:   # x's shape (rows, 2 d): the kernel set's silu_and_mul shapes, LLM MLPs (d = 4096, 8192)
+            kernel_set = [(4096, 256), (16384, 256), (65536, 256), (131072, 256)] if self.name == "silu_and_mul" else []
             shapes = [(4096, 16384), (16384, 8192)] if quick else [
-                (4096, 256), (16384, 256), (65536, 256), (131072, 256), (4096, 16384), (16384, 8192), (16384, 16384)]
+                *kernel_set, (4096, 16384), (16384, 8192), (16384, 16384)]
         else:
             shapes = [(16384, 4096)] if quick else [(16384, 4096), (16384, 8192)]
-        return [dict(rows=r, cols=c, dtype="bfloat16") for r, c in shapes]
+        width = "x_cols" if self.gated else "cols"      # gated: x's last dimension, 2 d
+        return [{"rows": r, width: c, "dtype": "bfloat16"} for r, c in shapes]
 
     def bench_inputs(self, case, torch):
-        x = torch.randn(case["rows"], case["cols"], device="cuda", dtype=getattr(torch, case["dtype"])) * 2
+        x = torch.randn(case["rows"], case.get("x_cols") or case["cols"], device="cuda",
+                        dtype=getattr(torch, case["dtype"])) * 2
         return (x,), {}
 
     def bench_peers(self, torch):
@@ -179,8 +182,8 @@ class ActivationOp(Op):
         return {"torch eager": written_out, "torch.compile": torch.compile(written_out, dynamic=False)}
 
     def bench_bytes(self, case):
-        n = case["rows"] * case["cols"] * DTYPES[case["dtype"]].itemsize
-        return n * 3 // 2 if self.gated else 2 * n
+        n = case["rows"] * (case.get("x_cols") or case["cols"]) * DTYPES[case["dtype"]].itemsize
+        return n * 3 // 2 if self.gated else 2 * n           # gated: x read, half of it written
 
     def bench_tolerance(self, case):
         return {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}[case["dtype"]]
