@@ -193,19 +193,24 @@ def _fill(cfg, *, x, y, x_row_stride, y_row_stride, rows, cols, workspace=0) -> 
     return Args(x, y, x_row_stride, y_row_stride, rows, cols)
 
 
-def _F(torch):
-    return torch.nn.functional
+def _fn(name, **kw):
+    """torch's function `name` (torch.relu, torch.nn.functional.silu, ...) bound to `kw`, looked up
+    when a benchmark runs (torch is not imported otherwise)."""
+    def get(torch):
+        f = getattr(torch, name, None) or getattr(torch.nn.functional, name)
+        return functools.partial(f, **kw) if kw else f
+    return get
 
 
-SILU = register(ActivationOp("silu", {"none": "silu"}, False, lambda t: _F(t).silu, "x * sigmoid(x)"))
-GELU = register(ActivationOp("gelu", {"none": "gelu"}, False, lambda t: _F(t).gelu, "0.5 x (1 + erf(x / sqrt 2))"))
-GELU_TANH = register(ActivationOp("gelu_tanh", {"none": "gelu_tanh"}, False,
-                                  lambda t: functools.partial(_F(t).gelu, approximate="tanh"), "gelu, tanh form"))
-RELU = register(ActivationOp("relu", {"none": "relu"}, False, lambda t: t.relu, "max(x, 0)"))
-TANH = register(ActivationOp("tanh", {"none": "tanh"}, False, lambda t: t.tanh, "tanh(x)"))
-SILU_AND_MUL = register(ActivationOp("silu_and_mul", {"none": "silu"}, True, lambda t: _F(t).silu, "SwiGLU"))
-GELU_AND_MUL = register(ActivationOp("gelu_and_mul", {"none": "gelu", "tanh": "gelu_tanh"}, True,
-                                     lambda t: _F(t).gelu, "GeGLU"))
+SILU = register(ActivationOp("silu", {"none": "silu"}, False, _fn("silu"), "x * sigmoid(x)"))
+GELU = register(ActivationOp("gelu", {"none": "gelu"}, False, _fn("gelu"), "0.5 x (1 + erf(x / sqrt 2))"))
+GELU_TANH = register(ActivationOp("gelu_tanh", {"none": "gelu_tanh"}, False, _fn("gelu", approximate="tanh"),
+                                  "gelu, tanh form"))
+RELU = register(ActivationOp("relu", {"none": "relu"}, False, _fn("relu"), "max(x, 0)"))
+TANH = register(ActivationOp("tanh", {"none": "tanh"}, False, _fn("tanh"), "tanh(x)"))
+SILU_AND_MUL = register(ActivationOp("silu_and_mul", {"none": "silu"}, True, _fn("silu"), "SwiGLU"))
+GELU_AND_MUL = register(ActivationOp("gelu_and_mul", {"none": "gelu", "tanh": "gelu_tanh"}, True, _fn("gelu"),
+                                     "GeGLU"))
 
 
 def _unary(op, x, out, device, compiler, tiles):
