@@ -283,3 +283,20 @@ def test_gpu_numpy_inputs_and_special_values():
     for name in ("silu", "gelu", "gelu_tanh"):
         got, ref = getattr(hkjit, name)(x[:2]), _torch_ref(torch, name, x[:2])
         assert torch.isnan(got[0]) and got[1] == ref[1] == float("inf")
+
+
+@needs_clang
+@pytest.mark.parametrize("name", UNARY + ("silu_and_mul", "gelu_and_mul"))
+def test_bench_peers_compute_the_op(cache_dir, name):
+    """`hkjit bench`'s peers (torch eager, and what torch.compile is given) are the op: they agree
+    with hkjit on the simulator, and the byte count is the op's traffic."""
+    torch = pytest.importorskip("torch")
+    op = hkjit.ops.get(name)
+    x = torch.randn(5, 66) * 3
+    got = getattr(hkjit, name)(x, device="sim:gfx950")
+    eager = op.bench_peers(torch)["torch eager"]
+    ref = eager(x.double())
+    assert got.shape == ref.shape and ((got.double() - ref).norm() / ref.norm()).item() < 1e-5
+    case = op.bench_cases(quick=True)[0]
+    width = case.get("x_cols") or case["cols"]
+    assert op.bench_bytes(case) == case["rows"] * width * 2 * (3 if op.gated else 4) // 2

@@ -212,3 +212,15 @@ def test_gpu_strided_rows_nan_inf_and_numpy_inputs():
     assert ((got[2:] - ref[2:]).norm() / ref[2:].norm()).item() < 1e-5
     xn = random((33, 1000), "float32")
     assert rel_err(hkjit.softmax(xn, device="cuda:0"), reference(xn)) < 1e-5
+
+
+@needs_clang
+def test_bench_peers_compute_the_op(cache_dir):
+    torch = pytest.importorskip("torch")
+    op = hkjit.ops.get("softmax")
+    x = torch.randn(5, 66) * 3
+    got = hkjit.softmax(x, device="sim:gfx950")
+    ref = op.bench_peers(torch)["torch eager"](x.double())
+    assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-5
+    case = op.bench_cases(quick=True)[0]
+    assert op.bench_bytes(case) == 2 * case["rows"] * case["hidden"] * 2
