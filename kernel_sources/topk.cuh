@@ -1,0 +1,334 @@
+// topk.cuh: the k largest elements of each row and their indices, sorted; one source for gfx942,
+// gfx950 and sm_90a.
+//
+//   values[r][0..k) = the k largest x[r][c], descending; indices[r][i] = their columns (int64)
+//
+// Order: the order-preserving key of hk/common/select.hpp, so NaN ranks above +inf (every NaN
+// equal) and -0 just below +0, as torch.topk on CUDA; among equal keys the lower column ranks
+// first. Each row's k survivors are found by a radix select on the composite key (key, ~column),
+// which is unique per element, so exactly k elements pass and ties need no second rule:
+//   - for every bit of the key from the top: does count(key >= threshold | bit) reach k? keep
+//     the bit if so (each count is this thread's elements, then a sum over the row group);
+//   - when more than k elements share the final key (ties at the boundary), the same search over
+//     the bits of ~column keeps the lowest columns;
+//   - the survivors (key, column) go to shared memory; each one's output position is the number
+//     of survivors ranked above it (k <= 128: at most 128 comparisons each).
+//
+// Template parameters, in order:
+//   T            hk::bf16, hk::half or float: the type of x and values.
+//   VEC          elements per vector load: 1, 2, 4 or 8 for 16-bit T, 1, 2 or 4 for float (VEC *
+//                sizeof(T) = 16: one 16-byte load). The caller guarantees that x and x_row_stride
+//                allow VEC * sizeof(T)-byte aligned accesses (VEC = 1 always does).
+//   THREADS      threads per block: a multiple of 64, at most 1024.
+//   ROW_THREADS  threads sharing one row (a row group of consecutive threads): a power of two up
+//                to the warp size (several rows per warp), or THREADS (one row per block).
+//   CHUNKS       VEC-element chunks a thread holds per row (or per column block when STREAM):
+//                COLS = ROW_THREADS * VEC * CHUNKS columns.
+//   STREAM       false: the row is held in registers (n <= COLS; x read once), and the search
+//                counts over registers. true (ROW_THREADS = THREADS): for rows longer than a
+//                block holds, the row is read in column blocks of COLS, twice: pass 1 builds a
+//                histogram of the keys' top 11 bits in shared memory (the search over those bits
+//                reads it); pass 2 sends the elements above the boundary bin straight to the
+//                survivors and those in it to a shared candidate buffer (CAND entries), where the
+//                rest of the search runs. If the boundary bin holds more than CAND elements (data
+//                with few distinct values), the rest of the search counts over the row in memory
+//                instead: one more read per remaining key bit (and column bit when there are
+//                ties), then one to collect.
+//
+// args (the kernel's single parameter, by value), fields in this order:
+//   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
+//   T*         values               row r at values + r * values_row_stride, k elements
+//   long long* indices              row r at indices + r * indices_row_stride, k elements
+//   long long  x_row_stride, values_row_stride, indices_row_stride     (elements)
+//   int        rows                 >= 1
+//   int        n                    >= 1 (the row length)
+//   int        k                    1 <= k <= min(n, 128)
+// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 52, 56; 64 bytes with the tail padding.
+//
+// threads = THREADS. dynamic_smem = 0 (static shared memory: the survivors, 8 bytes times
+// min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
+//
+// Grid (1-D): a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
+// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM: any
+// grid.x up to rows; block b runs rows b, b + grid.x, ... (fewer blocks: a persistent grid).
+//
+// Schedules (what hkjit/ops/topk.py picks):
+//   short rows (<= 32 keys a thread with a warp per row)   <hk::bf16, 8, 256, 32, 1, false>   (256)
+//                                                          <hk::bf16, 8, 256, 32, 4, false>   (1024)
+//   rows up to 32768 (a block of up to 1024 per row)       <hk::bf16, 8, 512, 512, 4, false>  (16384)
+//   longer rows                                            <hk::bf16, 8, 1024, 1024, 2, true> (128256)
+#pragma once
+#include "hk/hk.hpp"
+#include "hk/common/select.hpp"
+
+template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM>
+struct topk {
+  static constexpr int threads = THREADS;
+  static constexpr int dynamic_smem = 0;
+  struct args {
+    const T* x;
+    T* values;
+    long long* indices;
+    long long x_row_stride, values_row_stride, indices_row_stride;
+    int rows, n, k;
+  };
+
+  static constexpr int MAX_K = 128;
+  static constexpr int G = ROW_THREADS;
+  static constexpr int GROUPS = THREADS / G;
+  static constexpr int COLS = G * VEC * CHUNKS;
+  static constexpr int KEYS = CHUNKS * VEC;          // elements a thread holds per (column block of a) row
+  static constexpr int HIST_BITS = 11;               // STREAM: pass 1's histogram of the top key bits
+  static constexpr int BINS = 1 << HIST_BITS;
+  static constexpr int CAND = 2048;                  // STREAM: candidates of the boundary bin kept in shared memory
+  using key_t = hk::order_key<T>;
+  static constexpr int KEY_LOW = 32 - key_t::bits;   // the key's lowest significant bit
+  using tile = hk::rt_row<T, 1, COLS, VEC, G>;
+  static_assert(THREADS % 64 == 0 && THREADS <= 1024, "THREADS: a multiple of 64, at most 1024");
+  static_assert(G <= hk::WARP_THREADS ? (G & (G - 1)) == 0 : G == THREADS,
+                "ROW_THREADS: a power of two up to the warp size, or THREADS");
+  static_assert(!STREAM || G == THREADS, "STREAM reads a row with the whole block");
+  static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
+
+  // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
+  static constexpr int SURV = STREAM || COLS > MAX_K ? MAX_K : COLS;
+  struct survivors {
+    hk::u32 key[SURV], col[SURV], count;
+  };
+
+  // Sum of c over the row group; every thread of the group gets it.
+  HK_INLINE static int group_count(int c) {
+    float v[1] = {(float)c};   // exact: counts stay below 2**24
+    hk::detail::group_allreduce<G, 1, hk::op_sum>(v);
+    return (int)v[0];
+  }
+
+  // Ties at the boundary key (`have` elements reach it, more than k): the largest tn such that
+  // count(cand) -- the elements above the boundary key plus those at it whose ~column >= cand --
+  // still reaches k, i.e. the boundary elements of the lowest columns. 0 when there are no ties
+  // (every boundary element survives). count is called uniformly by the whole warp (several row
+  // groups may share one), so the decision to search is taken for the warp.
+  template <class COUNT>
+  HK_INLINE static hk::u32 search_columns(int n, int k, int have, COUNT count) {
+    const float ties = hk::detail::lane_allreduce<hk::WARP_THREADS, hk::op_max>(have > k ? 1.0f : 0.0f);
+    if (ties == 0.0f) return 0u;
+    const int col_bits = hk::bit_length(n - 1);
+    hk::u32 tn = col_bits >= 32 ? 0u : ~0u << col_bits;   // every column's ~column reaches this
+#pragma unroll 1
+    for (int bit = col_bits - 1; bit >= 0; --bit) {
+      const hk::u32 cand = tn | (1u << bit);
+      if (count(cand) >= k) tn = cand;
+    }
+    return have > k ? tn : 0u;
+  }
+
+  HK_INLINE static void add_survivor(survivors& s, hk::u32 key, int col) {
+    const hk::u32 slot = hk::detail::smem_fetch_add(&s.count, 1u);
+    s.key[slot] = key;
+    s.col[slot] = (hk::u32)col;
+  }
+
+  // After a barrier: the k survivors of `s` in order, written to row `row` (by the group's threads).
+  HK_INLINE static void write_sorted(const args& a, const survivors& s, int row, int lane) {
+    for (int i = lane; i < a.k; i += G) {
+      const hk::u32 key = s.key[i], col = s.col[i];
+      int rank = 0;
+      for (int j = 0; j < a.k; ++j) rank += s.key[j] > key || (s.key[j] == key && s.col[j] < col);
+      hk::raw<(int)sizeof(T)> v;
+      v.w[0] = key_t::decode(key);
+      hk::detail::st_global<(int)sizeof(T)>(a.values + row * a.values_row_stride + rank, v);
+      hk::raw<8> ix;
+      ix.w[0] = col;
+      ix.w[1] = 0;
+      hk::detail::st_global<8>(a.indices + row * a.indices_row_stride + rank, ix);
+    }
+  }
+
+  // This thread's keys of columns c0 .. c0 + COLS of row `row` (0 outside the row).
+  HK_INLINE static void load_keys(hk::u32 (&key)[KEYS], const hk::gl<T>& gx, int row, int c0, bool live) {
+    tile x;
+    hk::load(x, gx, live ? row : gx.rows, c0);
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i)
+      key[i] = live && col_of(c0, i) < gx.cols ? key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC)) : 0u;
+  }
+  HK_INLINE static int col_of(int c0, int i) { return c0 + tile::col(i / VEC, i % VEC); }
+
+  __device__ static void run(const args& a) {
+    if constexpr (STREAM) run_stream(a);
+    else run_regs(a);
+  }
+
+  // ---- rows held in registers ----------------------------------------------------------------
+  __device__ static void run_regs(const args& a) {
+    __shared__ survivors surv[GROUPS];
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
+    const int group = tile::group(), lane = tile::lane();
+    survivors& s = surv[group];
+    if (lane == 0) s.count = 0;
+    hk::sync_threads();
+    // One step per block (no grid-stride loop: around one, the compiler keeps the column
+    // bounds of every element live across steps, which overflows the AMD scalar registers).
+    {
+      const int row = hk::block_x() * GROUPS + group;
+      const bool live = row < a.rows;
+      hk::u32 key[KEYS];
+      load_keys(key, gx, row, 0, live);
+      // The key bits: count(key >= cand) over this thread's keys (absent ones are 0: never counted).
+      hk::u32 tk = 0;
+      int have = live ? a.n : 0;
+#pragma unroll 1
+      for (int bit = 31; bit >= KEY_LOW; --bit) {
+        const hk::u32 cand = tk | (1u << bit);
+        int c = 0;
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+        c = group_count(c);
+        if (c >= a.k) { tk = cand; have = c; }
+      }
+      // Those above the boundary key survive. The keys then become ~column for the elements at
+      // the boundary key and 0 for the rest (reused registers; the comparisons below then change
+      // with every step, so none is kept live across the loop), and the lowest columns among the
+      // boundary ones complete the k.
+      int above = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) above += key[i] > tk;
+      if (live && above) {   // one shared-memory atomic per thread, not per survivor
+        hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)above);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] > tk) {
+            s.key[slot] = key[i];
+            s.col[slot] = (hk::u32)col_of(0, i);
+            ++slot;
+          }
+      }
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
+      above = group_count(above);
+      const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
+        int c = 0;
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+        return above + group_count(c);
+      });
+      int at = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
+      if (live && at) {
+        hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u && key[i] >= tn) {
+            s.key[slot] = tk;
+            s.col[slot] = ~key[i];
+            ++slot;
+          }
+      }
+      hk::sync_threads();
+      if (lane == 0) s.count = 0;   // every add is done; the next adds follow the barrier below
+      if (live) write_sorted(a, s, row, lane);
+      hk::sync_threads();
+    }
+  }
+
+  // ---- long rows: one row per block, read twice ----------------------------------------------
+  __device__ static void run_stream(const args& a) {
+    __shared__ hk::u32 hist[BINS];
+    __shared__ hk::u32 cand_key[CAND], cand_col[CAND];
+    __shared__ hk::u32 n_cand;
+    __shared__ survivors s;
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
+    const int tid = hk::thread_id();
+    constexpr int SHIFT = 32 - HIST_BITS;
+    for (int row = hk::block_x(); row < a.rows; row += hk::grid_x()) {
+      for (int i = tid; i < BINS; i += THREADS) hist[i] = 0;
+      if (tid == 0) { s.count = 0; n_cand = 0; }
+      hk::sync_threads();
+      for (int c0 = 0; c0 < a.n; c0 += COLS) {   // pass 1: histogram of the top key bits
+        hk::u32 key[KEYS];
+        load_keys(key, gx, row, c0, true);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u) hk::detail::smem_fetch_add(&hist[key[i] >> SHIFT], 1u);
+      }
+      hk::sync_threads();
+      // The boundary bin: the largest bin b with count(bins >= b) >= k.
+      hk::u32 tb = 0;
+#pragma unroll 1
+      for (int bit = HIST_BITS - 1; bit >= 0; --bit) {
+        const hk::u32 cand = tb | (1u << bit);
+        int c = 0;
+        for (int i = tid; i < BINS; i += THREADS) c += (hk::u32)i >= cand ? (int)hist[i] : 0;
+        if (group_count(c) >= a.k) tb = cand;
+      }
+      int above = 0;
+      for (int i = tid; i < BINS; i += THREADS) above += (hk::u32)i > tb ? (int)hist[i] : 0;
+      above = group_count(above);
+      const int in_bin = (int)hist[tb];
+      const bool fits = in_bin <= CAND;
+      for (int c0 = 0; c0 < a.n; c0 += COLS) {   // pass 2: survivors above the bin, candidates in it
+        hk::u32 key[KEYS];
+        load_keys(key, gx, row, c0, true);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i) {
+          if (key[i] == 0u) continue;
+          const hk::u32 bin = key[i] >> SHIFT;
+          if (bin > tb) {
+            add_survivor(s, key[i], col_of(c0, i));
+          } else if (fits && bin == tb) {
+            const hk::u32 slot = hk::detail::smem_fetch_add(&n_cand, 1u);
+            cand_key[slot] = key[i];
+            cand_col[slot] = (hk::u32)col_of(c0, i);
+          }
+        }
+      }
+      hk::sync_threads();
+      // The rest of the search within the bin: over the candidates, or over the row again.
+      // pick(key, col) says whether an element of the bin counts; returns the block's count.
+      auto count_in_bin = [&](auto pick) {
+        int c = 0;
+        if (fits) {
+          for (int i = tid; i < in_bin; i += THREADS) c += pick(cand_key[i], ~cand_col[i]);
+        } else {
+          for (int c0 = 0; c0 < a.n; c0 += COLS) {
+            hk::u32 key[KEYS];
+            load_keys(key, gx, row, c0, true);
+#pragma unroll
+            for (int i = 0; i < KEYS; ++i) c += (key[i] >> SHIFT) == tb && pick(key[i], ~(hk::u32)col_of(c0, i));
+          }
+        }
+        return group_count(c);
+      };
+      hk::u32 tk = tb << SHIFT;
+      int have = above + in_bin;
+#pragma unroll 1
+      for (int bit = SHIFT - 1; bit >= KEY_LOW; --bit) {
+        const hk::u32 cand = tk | (1u << bit);
+        const int c = above + count_in_bin([&](hk::u32 key, hk::u32) { return key >= cand; });
+        if (c >= a.k) { tk = cand; have = c; }
+      }
+      const int above_key = above + count_in_bin([&](hk::u32 key, hk::u32) { return key > tk; });
+      const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
+        return above_key + count_in_bin([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
+      });
+      // The bin's survivors: above the boundary key, or at it with ~column >= tn.
+      auto survives = [&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); };
+      if (fits) {
+        for (int i = tid; i < in_bin; i += THREADS)
+          if (survives(cand_key[i], ~cand_col[i])) add_survivor(s, cand_key[i], (int)cand_col[i]);
+      } else {
+        for (int c0 = 0; c0 < a.n; c0 += COLS) {
+          hk::u32 key[KEYS];
+          load_keys(key, gx, row, c0, true);
+#pragma unroll
+          for (int i = 0; i < KEYS; ++i)
+            if ((key[i] >> SHIFT) == tb && survives(key[i], ~(hk::u32)col_of(c0, i))) add_survivor(s, key[i], col_of(c0, i));
+        }
+      }
+      hk::sync_threads();
+      write_sorted(a, s, row, tid);
+      hk::sync_threads();   // the shared arrays are reused by the next row
+    }
+  }
+};
