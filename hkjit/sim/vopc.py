@@ -60,8 +60,7 @@ def compile_vopc(o, inst, m):
     lit = f.get("literal")
     is_class = opn == "class"
     kinds = (typ, "u32") if is_class else (typ, typ)
-    # SDWA's S1 bit makes the second operand an SGPR (vsrc1 then names it)
-    srcs = [f["src0"], f["src1"] if e64 else f["vsrc1"] + (0 if inst.sub == "sdwa" and f["src1_sgpr"] else 256)]
+    srcs = [f["src0"], f["src1"] if e64 else f["vsrc1"] + 256]
     neg = f.get("neg", 0) if (e64 or inst.sub) else 0
     ab = f.get("abs", 0) if (e64 or inst.sub) else 0
     readers = []
