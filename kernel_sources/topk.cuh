@@ -34,34 +34,43 @@
 //                with few distinct values), the rest of the search counts over the row in memory
 //                instead: one more read per remaining key bit (and column bit when there are
 //                ties), then one to collect.
+//   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
+//                a few long rows still fill the GPU: each part selects its own k survivors (from
+//                whole column blocks of its columns), writes them to the workspace and counts
+//                itself done on the row's counter; the last part selects the row's k among the
+//                parts' survivors (at most 16 * 128, in the candidate buffer) and writes them.
 //
 // args (the kernel's single parameter, by value), fields in this order:
 //   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
 //   T*         values               row r at values + r * values_row_stride, k elements
 //   long long* indices              row r at indices + r * indices_row_stride, k elements
+//   u32*       workspace            SPLIT > 1: rows counters, zero at launch (left zero), then
+//                                   rows * SPLIT * 2 * 128 words for the parts' survivors
 //   long long  x_row_stride, values_row_stride, indices_row_stride     (elements)
 //   int        rows                 >= 1
 //   int        n                    >= 1 (the row length)
 //   int        k                    1 <= k <= min(n, 128)
-// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 52, 56; 64 bytes with the tail padding.
+// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 56, 60, 64; 72 bytes with the tail padding.
 //
 // threads = THREADS. dynamic_smem = 0 (static shared memory: the survivors, 8 bytes times
 // min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
 //
-// Grid (1-D): a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
+// Grid: a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
 // registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM: any
-// grid.x up to rows; block b runs rows b, b + grid.x, ... (fewer blocks: a persistent grid).
+// grid.x up to rows; block b runs rows b, b + grid.x, ... (fewer blocks: a persistent grid);
+// grid.y = SPLIT (block y runs part y of its rows); grid.z = 1.
 //
 // Schedules (what hkjit/ops/topk.py picks):
-//   short rows (<= 32 keys a thread with a warp per row)   <hk::bf16, 8, 256, 32, 1, false>   (256)
-//                                                          <hk::bf16, 8, 256, 32, 4, false>   (1024)
-//   rows up to 32768 (a block of up to 1024 per row)       <hk::bf16, 8, 512, 512, 4, false>  (16384)
-//   longer rows                                            <hk::bf16, 8, 1024, 1024, 2, true> (128256)
+//   short rows (<= 32 keys a thread with a warp per row)   <hk::bf16, 8, 256, 32, 1, false, 1>   (256)
+//                                                          <hk::bf16, 8, 256, 32, 4, false, 1>   (1024)
+//   rows up to 32768 (a block of up to 1024 per row)       <hk::bf16, 8, 512, 512, 4, false, 1>  (16384)
+//   longer rows                                            <hk::bf16, 8, 1024, 1024, 2, true, 2>  (128 x 128256)
+//   few longer rows                                        <hk::bf16, 8, 1024, 1024, 2, true, 15> (16 x 128256)
 #pragma once
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"
 
-template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM>
+template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM, int SPLIT>
 struct topk {
   static constexpr int threads = THREADS;
   static constexpr int dynamic_smem = 0;
@@ -69,6 +78,7 @@ struct topk {
     const T* x;
     T* values;
     long long* indices;
+    hk::u32* workspace;
     long long x_row_stride, values_row_stride, indices_row_stride;
     int rows, n, k;
   };
@@ -88,6 +98,7 @@ struct topk {
   static_assert(G <= hk::WARP_THREADS ? (G & (G - 1)) == 0 : G == THREADS,
                 "ROW_THREADS: a power of two up to the warp size, or THREADS");
   static_assert(!STREAM || G == THREADS, "STREAM reads a row with the whole block");
+  static_assert(SPLIT >= 1 && (SPLIT == 1 || STREAM) && SPLIT * MAX_K <= CAND, "SPLIT: 1, or up to 16 parts of a streamed row");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
 
   // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
@@ -232,102 +243,166 @@ struct topk {
     }
   }
 
-  // ---- long rows: one row per block, read twice ----------------------------------------------
-  __device__ static void run_stream(const args& a) {
-    __shared__ hk::u32 hist[BINS];
-    __shared__ hk::u32 cand_key[CAND], cand_col[CAND];
-    __shared__ hk::u32 n_cand;
-    __shared__ survivors s;
-    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
-    const int tid = hk::thread_id();
+  // The survivors past the first `above` (already in s): from a region whose elements have their
+  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(pick) is the
+  // block's count of region elements with pick(key, ~column); add_if(pick) adds those to s.
+  template <class COUNT, class ADD>
+  HK_INLINE static void finish(int n, int k, int top, hk::u32 tk, int above, int have, COUNT count_in, ADD add_if) {
+#pragma unroll 1
+    for (int bit = top - 1; bit >= KEY_LOW; --bit) {
+      const hk::u32 cand = tk | (1u << bit);
+      const int c = above + count_in([&](hk::u32 key, hk::u32) { return key >= cand; });
+      if (c >= k) { tk = cand; have = c; }
+    }
+    const int above_key = above + count_in([&](hk::u32 key, hk::u32) { return key > tk; });
+    const hk::u32 tn = search_columns(n, k, have, [&](hk::u32 cand) {
+      return above_key + count_in([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
+    });
+    add_if([&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); });
+  }
+
+  // ---- long rows: one row (or a SPLIT-th of one) per block, read twice -------------------------
+  struct stream_smem {
+    hk::u32 hist[BINS];
+    hk::u32 cand_key[CAND], cand_col[CAND];
+    hk::u32 n_cand, last;
+    survivors s;
+  };
+
+  // The k largest of columns [c_lo, c_lo + gseg.cols) of row `row` into sm.s (k <= gseg.cols).
+  HK_INLINE static void select_columns(stream_smem& sm, const hk::gl<T>& gseg, int row, int c_lo, int n, int k) {
     constexpr int SHIFT = 32 - HIST_BITS;
-    for (int row = hk::block_x(); row < a.rows; row += hk::grid_x()) {
-      for (int i = tid; i < BINS; i += THREADS) hist[i] = 0;
-      if (tid == 0) { s.count = 0; n_cand = 0; }
-      hk::sync_threads();
-      for (int c0 = 0; c0 < a.n; c0 += COLS) {   // pass 1: histogram of the top key bits
-        hk::u32 key[KEYS];
-        load_keys(key, gx, row, c0, true);
+    const int tid = hk::thread_id(), len = gseg.cols;
+    for (int i = tid; i < BINS; i += THREADS) sm.hist[i] = 0;
+    if (tid == 0) sm.n_cand = 0;
+    hk::sync_threads();
+    for (int c0 = 0; c0 < len; c0 += COLS) {   // pass 1: histogram of the top key bits
+      hk::u32 key[KEYS];
+      load_keys(key, gseg, row, c0, true);
 #pragma unroll
-        for (int i = 0; i < KEYS; ++i)
-          if (key[i] != 0u) hk::detail::smem_fetch_add(&hist[key[i] >> SHIFT], 1u);
-      }
-      hk::sync_threads();
-      // The boundary bin: the largest bin b with count(bins >= b) >= k.
-      hk::u32 tb = 0;
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u) hk::detail::smem_fetch_add(&sm.hist[key[i] >> SHIFT], 1u);
+    }
+    hk::sync_threads();
+    // The boundary bin: the largest bin b with count(bins >= b) >= k.
+    hk::u32 tb = 0;
 #pragma unroll 1
-      for (int bit = HIST_BITS - 1; bit >= 0; --bit) {
-        const hk::u32 cand = tb | (1u << bit);
-        int c = 0;
-        for (int i = tid; i < BINS; i += THREADS) c += (hk::u32)i >= cand ? (int)hist[i] : 0;
-        if (group_count(c) >= a.k) tb = cand;
-      }
-      int above = 0;
-      for (int i = tid; i < BINS; i += THREADS) above += (hk::u32)i > tb ? (int)hist[i] : 0;
-      above = group_count(above);
-      const int in_bin = (int)hist[tb];
-      const bool fits = in_bin <= CAND;
-      for (int c0 = 0; c0 < a.n; c0 += COLS) {   // pass 2: survivors above the bin, candidates in it
-        hk::u32 key[KEYS];
-        load_keys(key, gx, row, c0, true);
+    for (int bit = HIST_BITS - 1; bit >= 0; --bit) {
+      const hk::u32 cand = tb | (1u << bit);
+      int c = 0;
+      for (int i = tid; i < BINS; i += THREADS) c += (hk::u32)i >= cand ? (int)sm.hist[i] : 0;
+      if (group_count(c) >= k) tb = cand;
+    }
+    int above = 0;
+    for (int i = tid; i < BINS; i += THREADS) above += (hk::u32)i > tb ? (int)sm.hist[i] : 0;
+    above = group_count(above);
+    const int in_bin = (int)sm.hist[tb];
+    const bool fits = in_bin <= CAND;
+    for (int c0 = 0; c0 < len; c0 += COLS) {   // pass 2: survivors above the bin, candidates in it
+      hk::u32 key[KEYS];
+      load_keys(key, gseg, row, c0, true);
 #pragma unroll
-        for (int i = 0; i < KEYS; ++i) {
-          if (key[i] == 0u) continue;
-          const hk::u32 bin = key[i] >> SHIFT;
-          if (bin > tb) {
-            add_survivor(s, key[i], col_of(c0, i));
-          } else if (fits && bin == tb) {
-            const hk::u32 slot = hk::detail::smem_fetch_add(&n_cand, 1u);
-            cand_key[slot] = key[i];
-            cand_col[slot] = (hk::u32)col_of(c0, i);
-          }
+      for (int i = 0; i < KEYS; ++i) {
+        if (key[i] == 0u) continue;
+        const hk::u32 bin = key[i] >> SHIFT;
+        if (bin > tb) {
+          add_survivor(sm.s, key[i], c_lo + col_of(c0, i));
+        } else if (fits && bin == tb) {
+          const hk::u32 slot = hk::detail::smem_fetch_add(&sm.n_cand, 1u);
+          sm.cand_key[slot] = key[i];
+          sm.cand_col[slot] = (hk::u32)(c_lo + col_of(c0, i));
         }
       }
-      hk::sync_threads();
-      // The rest of the search within the bin: over the candidates, or over the row again.
-      // pick(key, col) says whether an element of the bin counts; returns the block's count.
-      auto count_in_bin = [&](auto pick) {
-        int c = 0;
-        if (fits) {
-          for (int i = tid; i < in_bin; i += THREADS) c += pick(cand_key[i], ~cand_col[i]);
-        } else {
-          for (int c0 = 0; c0 < a.n; c0 += COLS) {
-            hk::u32 key[KEYS];
-            load_keys(key, gx, row, c0, true);
-#pragma unroll
-            for (int i = 0; i < KEYS; ++i) c += (key[i] >> SHIFT) == tb && pick(key[i], ~(hk::u32)col_of(c0, i));
-          }
-        }
-        return group_count(c);
-      };
-      hk::u32 tk = tb << SHIFT;
-      int have = above + in_bin;
-#pragma unroll 1
-      for (int bit = SHIFT - 1; bit >= KEY_LOW; --bit) {
-        const hk::u32 cand = tk | (1u << bit);
-        const int c = above + count_in_bin([&](hk::u32 key, hk::u32) { return key >= cand; });
-        if (c >= a.k) { tk = cand; have = c; }
-      }
-      const int above_key = above + count_in_bin([&](hk::u32 key, hk::u32) { return key > tk; });
-      const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
-        return above_key + count_in_bin([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
-      });
-      // The bin's survivors: above the boundary key, or at it with ~column >= tn.
-      auto survives = [&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); };
+    }
+    hk::sync_threads();
+    // The rest within the bin: over the candidates, or (more than CAND of them) over the row again.
+    auto each_in_bin = [&](auto f) {
       if (fits) {
-        for (int i = tid; i < in_bin; i += THREADS)
-          if (survives(cand_key[i], ~cand_col[i])) add_survivor(s, cand_key[i], (int)cand_col[i]);
+        for (int i = tid; i < in_bin; i += THREADS) f(sm.cand_key[i], sm.cand_col[i]);
       } else {
-        for (int c0 = 0; c0 < a.n; c0 += COLS) {
+        for (int c0 = 0; c0 < len; c0 += COLS) {
           hk::u32 key[KEYS];
-          load_keys(key, gx, row, c0, true);
+          load_keys(key, gseg, row, c0, true);
 #pragma unroll
           for (int i = 0; i < KEYS; ++i)
-            if ((key[i] >> SHIFT) == tb && survives(key[i], ~(hk::u32)col_of(c0, i))) add_survivor(s, key[i], col_of(c0, i));
+            if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
         }
       }
+    };
+    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin,
+           [&](auto pick) {
+             int c = 0;
+             each_in_bin([&](hk::u32 key, hk::u32 col) { c += pick(key, ~col); });
+             return group_count(c);
+           },
+           [&](auto pick) {
+             each_in_bin([&](hk::u32 key, hk::u32 col) { if (pick(key, ~col)) add_survivor(sm.s, key, (int)col); });
+           });
+  }
+
+  // SPLIT > 1: the k largest of the m candidates in sm.cand_* (the parts' survivors) into sm.s.
+  HK_INLINE static void select_candidates(stream_smem& sm, int m, int n, int k) {
+    const int tid = hk::thread_id();
+    finish(n, k, 32, 0u, 0, m,
+           [&](auto pick) {
+             int c = 0;
+             for (int i = tid; i < m; i += THREADS) c += pick(sm.cand_key[i], ~sm.cand_col[i]);
+             return group_count(c);
+           },
+           [&](auto pick) {
+             for (int i = tid; i < m; i += THREADS)
+               if (pick(sm.cand_key[i], ~sm.cand_col[i])) add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
+           });
+  }
+
+  __device__ static void run_stream(const args& a) {
+    __shared__ stream_smem sm;
+    const int tid = hk::thread_id();
+    const int part = SPLIT > 1 ? hk::block_y() : 0;
+    // Part p of a row: columns [p seg, (p + 1) seg), seg a whole number of column blocks.
+    const int seg = SPLIT > 1 ? ((a.n + SPLIT - 1) / SPLIT + COLS - 1) / COLS * COLS : a.n;
+    const int c_lo = part * seg < a.n ? part * seg : a.n;
+    const int len = a.n - c_lo < seg ? a.n - c_lo : seg;
+    const int k_part = a.k < len ? a.k : len;
+    const auto gseg = hk::make_gl(const_cast<T*>(a.x) + c_lo, a.rows, len, a.x_row_stride, 1);
+    for (int row = hk::block_x(); row < a.rows; row += hk::grid_x()) {
+      if (tid == 0) sm.s.count = 0;
+      if (k_part > 0) select_columns(sm, gseg, row, c_lo, a.n, k_part);
       hk::sync_threads();
-      write_sorted(a, s, row, tid);
+      if constexpr (SPLIT > 1) {
+        // Each part leaves its k_part survivors in the workspace; the part that finishes last
+        // (a counter per row, left at 0 again) selects the row's k among them.
+        hk::u32* counter = a.workspace + row;
+        hk::u32* list = a.workspace + a.rows + ((long long)row * SPLIT + part) * 2 * MAX_K;
+        for (int i = tid; i < k_part; i += THREADS) {
+          list[2 * i] = sm.s.key[i];
+          list[2 * i + 1] = sm.s.col[i];
+        }
+        hk::detail::fence_device();
+        hk::sync_threads();
+        if (tid == 0) sm.last = hk::detail::global_fetch_add(counter, 1u) == SPLIT - 1;
+        hk::sync_threads();
+        if (!sm.last) continue;
+        hk::detail::fence_device();
+        int m = 0;
+#pragma unroll 1
+        for (int p = 0; p < SPLIT; ++p) {
+          const int lo = p * seg < a.n ? p * seg : a.n;
+          const int len_p = a.n - lo < seg ? a.n - lo : seg;
+          const int kp = a.k < len_p ? a.k : len_p;
+          const hk::u32* other = a.workspace + a.rows + ((long long)row * SPLIT + p) * 2 * MAX_K;
+          for (int i = tid; i < kp; i += THREADS) {
+            sm.cand_key[m + i] = other[2 * i];
+            sm.cand_col[m + i] = other[2 * i + 1];
+          }
+          m += kp;
+        }
+        if (tid == 0) { sm.s.count = 0; *counter = 0; }
+        hk::sync_threads();
+        select_candidates(sm, m, a.n, a.k);
+        hk::sync_threads();
+      }
+      write_sorted(a, sm.s, row, tid);
       hk::sync_threads();   // the shared arrays are reused by the next row
     }
   }

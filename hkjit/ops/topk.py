@@ -11,8 +11,10 @@ vector width (from the alignment) and the schedule, which follows the row length
                       would hold over MAX_KEYS keys; a power of two up to the warp, else the block
         threads     = 256 (several rows per block) or row_threads (one row per block)
     streamed rows (longer): one row per 1024-thread block, read in column blocks twice (a
-        histogram of the top key bits, then the survivors and the candidates of the boundary bin)
-    grid = one block per step of rows (streamed rows: `blocks=` asks for a persistent grid)
+        histogram of the top key bits, then the survivors and the candidates of the boundary bin);
+        few rows are split into parts (up to 16, >= 8192 columns each) so that about 256 blocks
+        run, and the last part of a row to finish selects among the parts' survivors (workspace)
+    grid = (one block per step of rows, parts) (streamed rows: `blocks=` asks for a persistent grid)
 
 k is a run-time argument (any k <= 128 shares a kernel); run-time sizes and row strides too.
 """
@@ -28,12 +30,15 @@ from . import register
 
 SOURCE = "topk.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32 values; indices are int64 (as torch.topk's)
-TILES = ("vec", "threads", "row_threads", "chunks", "stream", "blocks")
+TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split", "blocks")
 MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX_K)
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
 MAX_N = 2 ** 24                     # counts are summed as fp32 across threads: exact below 2**24
 STREAM_THREADS, STREAM_CHUNKS = 1024, 2
+MAX_SPLIT = 16                      # parts of a streamed row (their survivors meet in a 2048-entry buffer)
+SPLIT_BLOCKS = 256                  # streamed rows are split until about this many blocks run...
+SPLIT_MIN_COLS = 8192               # ...while each part keeps at least this many columns
 
 
 def _cdiv(a, b):
@@ -50,7 +55,7 @@ def _pow2_at_least(n):
 class Args(ctypes.Structure):
     """Mirror of topk<...>::args."""
     _fields_ = [("x", ctypes.c_void_p), ("values", ctypes.c_void_p), ("indices", ctypes.c_void_p),
-                ("x_row_stride", ctypes.c_longlong), ("values_row_stride", ctypes.c_longlong),
+                ("workspace", ctypes.c_void_p), ("x_row_stride", ctypes.c_longlong), ("values_row_stride", ctypes.c_longlong),
                 ("indices_row_stride", ctypes.c_longlong), ("rows", ctypes.c_int), ("n", ctypes.c_int),
                 ("k", ctypes.c_int)]
 
@@ -75,7 +80,7 @@ def configure(target, p, tiles) -> Config:
     if stream:
         threads = tiles.get("threads", STREAM_THREADS)
         row_threads = tiles.get("row_threads", threads)
-        chunks = tiles.get("chunks", STREAM_CHUNKS * (2 if itemsize == 4 else 1))
+        chunks = tiles.get("chunks", STREAM_CHUNKS)
         if row_threads != threads:
             raise InvalidArgumentError(f"topk: row_threads={row_threads}; streamed rows take the whole block "
                                        f"(row_threads = threads = {threads})")
@@ -99,11 +104,18 @@ def configure(target, p, tiles) -> Config:
         raise InvalidArgumentError(f"topk: vec*chunks = {vec * chunks} keys per thread; at most {2 * MAX_KEYS} "
                                    "(registers)")
     steps = _cdiv(p["rows"], threads // row_threads)
-    if "blocks" in tiles and not stream:
-        raise InvalidArgumentError("topk: blocks= (a persistent grid) is for streamed rows (stream=1); rows held "
-                                   "in registers take one block per step of rows")
+    for name in ("blocks", "split"):
+        if name in tiles and not stream:
+            raise InvalidArgumentError(f"topk: {name}= is for streamed rows (stream=1); rows held in registers take "
+                                       "one block per step of rows")
+    cols = threads * vec * chunks
+    split = tiles.get("split", max(1, min(MAX_SPLIT, _cdiv(SPLIT_BLOCKS, p["rows"]), n // SPLIT_MIN_COLS,
+                                          _cdiv(n, cols))) if stream else 1)
+    if split > MAX_SPLIT or split > _cdiv(n, cols):
+        raise InvalidArgumentError(f"topk: split={split}; at most {MAX_SPLIT} and at most the {_cdiv(n, cols)} "
+                                   f"column blocks of {cols} in a row")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
-                  stream=stream, blocks=tiles.get("blocks", steps))
+                  stream=stream, split=split, blocks=tiles.get("blocks", steps))
 
 
 class TopkOp(Op):
@@ -150,12 +162,16 @@ class TopkOp(Op):
             raise InvalidArgumentError(f"topk: align={p['align']} is below the {p['dtype']} element size")
         cfg = configure(target, p, tiles)
         kernel_type = (f"topk<{DTYPES[cfg['dtype']].cpp}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['chunks']}, {'true' if cfg['stream'] else 'false'}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "chunks", "stream")}
+                       f"{cfg['chunks']}, {'true' if cfg['stream'] else 'false'}, {cfg['split']}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "chunks", "stream", "split")}
         spec = spec_mod.Specialization("topk", target, SOURCE, kernel_type, "hkjit_topk",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
-        return Plan(spec, cfg, cfg["threads"], 0, (cfg["blocks"], 1, 1), Args, _fill)
+        # split rows: a counter per row (zero between launches), then each part's survivors
+        counters = 4 * p["rows"] if cfg["split"] > 1 else 0
+        lists = p["rows"] * cfg["split"] * 2 * MAX_K * 4 if cfg["split"] > 1 else 0
+        return Plan(spec, cfg, cfg["threads"], 0, (cfg["blocks"], cfg["split"], 1), Args, _fill,
+                    counters + lists, counters)
 
     def bind(self, arrays, options, device) -> Binding:
         X, V, I = arrays["x"], arrays["values"], arrays["indices"]
@@ -191,7 +207,8 @@ class TopkOp(Op):
         request = dict(rows=rows, n=n, dtype=dtype, align=max(align, itemsize))
 
         def args(ptrs, scalars):
-            return dict(x=ptrs["x"], values=ptrs["values"], indices=ptrs["indices"], x_row_stride=x_stride,
+            return dict(x=ptrs["x"], values=ptrs["values"], indices=ptrs["indices"], workspace=ptrs["workspace"],
+                        x_row_stride=x_stride,
                         values_row_stride=strides["values"], indices_row_stride=strides["indices"], rows=rows,
                         n=n, k=k)
         outputs = {}
@@ -224,9 +241,9 @@ def _rows(name, arr):
     return rows, row_stride
 
 
-def _fill(*, x, values, indices, x_row_stride, values_row_stride, indices_row_stride, rows, n, k,
-          workspace=0) -> Args:
-    return Args(x, values, indices, x_row_stride, values_row_stride, indices_row_stride, rows, n, k)
+def _fill(*, x, values, indices, workspace, x_row_stride, values_row_stride, indices_row_stride, rows, n,
+          k) -> Args:
+    return Args(x, values, indices, workspace, x_row_stride, values_row_stride, indices_row_stride, rows, n, k)
 
 
 TOPK = register(TopkOp())
@@ -240,6 +257,6 @@ def topk(x, k, *, out_values=None, out_indices=None, device=None, compiler=None,
     int from 1 to min(n, 128). values: (..., k) of x's dtype; indices: (..., k) int64 (as torch).
     Equal values go to the lower index first; NaN ranks above +inf (all NaNs equal) and -0.0 just
     below +0.0, as torch.topk on CUDA. out_values / out_indices: optional arrays to write.
-    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), blocks.
+    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split, blocks.
     """
     return launch.call(TOPK, (x, out_values, out_indices), (), (("k", k),), device, compiler, tile_overrides)

@@ -12,6 +12,9 @@
 //                                 encode takes them (16-bit elements in the high half)
 //   detail::smem_fetch_add(p, v)  atomic add to a 32-bit word in shared memory, returning the
 //                                 old value (ds_add_rtn_u32 on CDNA, atom.shared.add on Hopper)
+//   detail::global_fetch_add(p, v), detail::fence_device()
+//                                 the same in global memory, and a device-wide fence: blocks
+//                                 publish partial results, the last to count in combines them
 //   bit_length(v)                 bits needed to write v >= 0 (0 for 0)
 // Include after hk/hk.hpp.
 namespace hk {
@@ -57,6 +60,23 @@ HK_INLINE int bit_length(int v) {
 }
 
 namespace detail {
+// Atomic add to a 32-bit word in global memory (device scope), returning the old value.
+HK_INLINE u32 global_fetch_add(u32* p, u32 v) {
+#if HK_CUDA
+  return atomicAdd(p, v);
+#else
+  return __atomic_fetch_add((__attribute__((address_space(1))) u32*)p, v, __ATOMIC_RELAXED);
+#endif
+}
+// This thread's global writes before it are visible device-wide before its later accesses, and
+// its later reads see what other blocks published before their fence (CUDA's __threadfence).
+HK_INLINE void fence_device() {
+#if HK_CUDA
+  __threadfence();
+#else
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#endif
+}
 HK_INLINE u32 smem_fetch_add(u32* p, u32 v) {
 #if HK_CUDA
   return atomicAdd(p, v);
