@@ -56,9 +56,8 @@
 // min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
 //
 // Grid: a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
-// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM: any
-// grid.x up to rows; block b runs rows b, b + grid.x, ... (fewer blocks: a persistent grid);
-// grid.y = SPLIT (block y runs part y of its rows); grid.z = 1.
+// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM:
+// grid.x = rows, block (b, y) runs part y of row b, grid.y = SPLIT; grid.z = 1.
 //
 // Schedules (what hkjit/ops/topk.py picks):
 //   short rows (<= 32 keys a thread with a warp per row)   <hk::bf16, 8, 256, 32, 1, false, 1>   (256)
@@ -107,10 +106,11 @@ struct topk {
     hk::u32 key[SURV], col[SURV], count;
   };
 
-  // Sum of c over the row group; every thread of the group gets it.
+  // Sum of c over the row group (or over GW threads: a warp); every thread of it gets the sum.
+  template <int GW = G>
   HK_INLINE static int group_count(int c) {
     float v[1] = {(float)c};   // exact: counts stay below 2**24
-    hk::detail::group_allreduce<G, 1, hk::op_sum>(v);
+    hk::detail::group_allreduce<GW, 1, hk::op_sum>(v);
     return (int)v[0];
   }
 
@@ -159,9 +159,12 @@ struct topk {
   HK_INLINE static void load_keys(hk::u32 (&key)[KEYS], const hk::gl<T>& gx, int row, int c0, bool live) {
     tile x;
     hk::load(x, gx, live ? row : gx.rows, c0);
+    const hk::u32 row_mask = live ? ~0u : 0u;
 #pragma unroll
-    for (int i = 0; i < KEYS; ++i)
-      key[i] = live && col_of(c0, i) < gx.cols ? key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC)) : 0u;
+    for (int i = 0; i < KEYS; ++i) {   // all-ones below the row's end, by arithmetic (no lane masks to keep)
+      const hk::u32 inside = (hk::u32)((col_of(c0, i) - gx.cols) >> 31) & row_mask;
+      key[i] = key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC)) & inside;
+    }
   }
   HK_INLINE static int col_of(int c0, int i) { return c0 + tile::col(i / VEC, i % VEC); }
 
@@ -265,9 +268,38 @@ struct topk {
   struct stream_smem {
     hk::u32 hist[BINS];
     hk::u32 cand_key[CAND], cand_col[CAND];
-    hk::u32 n_cand, last;
+    hk::u32 n_cand, last, tb, above;
     survivors s;
   };
+  static constexpr int W = hk::WARP_THREADS;
+
+  // Warp 0: the boundary bin (the largest b with count(bins >= b) >= k) into sm.tb and the count
+  // of the bins above it into sm.above. Lane l sums bins [BINS - (l + 1) B, BINS - l B) (lane 0
+  // the top ones), a scan over the lanes finds the lane whose bins hold the k-th largest, and
+  // that lane walks its bins down.
+  HK_INLINE static void find_boundary_bin(stream_smem& sm, int k) {
+    constexpr int B = BINS / W;
+    const int lane = hk::lane_id(), top = BINS - lane * B;
+    hk::u32 mine = 0;
+    for (int b = top - B; b < top; ++b) mine += sm.hist[b];
+    hk::u32 incl = mine;   // inclusive scan over the lanes (Hillis-Steele)
+#pragma unroll
+    for (int d = 1; d < W; d *= 2) {   // lanes below d add nothing (an arithmetic mask, no branch)
+      const hk::u32 t = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
+      incl += t & (hk::u32)((d - 1 - lane) >> 31);
+    }
+    hk::u32 acc = incl - mine;
+    if (acc < (hk::u32)k && incl >= (hk::u32)k) {
+      for (int b = top - 1; b >= top - B; --b) {
+        if (acc + sm.hist[b] >= (hk::u32)k) {
+          sm.tb = (hk::u32)b;
+          sm.above = acc;
+          break;
+        }
+        acc += sm.hist[b];
+      }
+    }
+  }
 
   // The k largest of columns [c_lo, c_lo + gseg.cols) of row `row` into sm.s (k <= gseg.cols).
   HK_INLINE static void select_columns(stream_smem& sm, const hk::gl<T>& gseg, int row, int c_lo, int n, int k) {
@@ -284,19 +316,10 @@ struct topk {
         if (key[i] != 0u) hk::detail::smem_fetch_add(&sm.hist[key[i] >> SHIFT], 1u);
     }
     hk::sync_threads();
-    // The boundary bin: the largest bin b with count(bins >= b) >= k.
-    hk::u32 tb = 0;
-#pragma unroll 1
-    for (int bit = HIST_BITS - 1; bit >= 0; --bit) {
-      const hk::u32 cand = tb | (1u << bit);
-      int c = 0;
-      for (int i = tid; i < BINS; i += THREADS) c += (hk::u32)i >= cand ? (int)sm.hist[i] : 0;
-      if (group_count(c) >= k) tb = cand;
-    }
-    int above = 0;
-    for (int i = tid; i < BINS; i += THREADS) above += (hk::u32)i > tb ? (int)sm.hist[i] : 0;
-    above = group_count(above);
-    const int in_bin = (int)sm.hist[tb];
+    if (hk::warp_id() == 0) find_boundary_bin(sm, k);
+    hk::sync_threads();
+    const hk::u32 tb = sm.tb;
+    const int above = (int)sm.above, in_bin = (int)sm.hist[tb];
     const bool fits = in_bin <= CAND;
     for (int c0 = 0; c0 < len; c0 += COLS) {   // pass 2: survivors above the bin, candidates in it
       hk::u32 key[KEYS];
@@ -315,18 +338,18 @@ struct topk {
       }
     }
     hk::sync_threads();
-    // The rest within the bin: over the candidates, or (more than CAND of them) over the row again.
+    if (fits) {   // the rest within the bin: one warp over the candidates, no block barriers
+      if (hk::warp_id() == 0) select_candidates(sm, SHIFT, tb << SHIFT, above, in_bin, n, k);
+      return;
+    }
+    // More than CAND elements in the bin (few distinct values): the block counts over the row.
     auto each_in_bin = [&](auto f) {
-      if (fits) {
-        for (int i = tid; i < in_bin; i += THREADS) f(sm.cand_key[i], sm.cand_col[i]);
-      } else {
-        for (int c0 = 0; c0 < len; c0 += COLS) {
-          hk::u32 key[KEYS];
-          load_keys(key, gseg, row, c0, true);
+      for (int c0 = 0; c0 < len; c0 += COLS) {
+        hk::u32 key[KEYS];
+        load_keys(key, gseg, row, c0, true);
 #pragma unroll
-          for (int i = 0; i < KEYS; ++i)
-            if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
-        }
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
       }
     };
     finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin,
@@ -340,17 +363,18 @@ struct topk {
            });
   }
 
-  // SPLIT > 1: the k largest of the m candidates in sm.cand_* (the parts' survivors) into sm.s.
-  HK_INLINE static void select_candidates(stream_smem& sm, int m, int n, int k) {
-    const int tid = hk::thread_id();
-    finish(n, k, 32, 0u, 0, m,
+  // One warp: the survivors past `above` among the m candidates in sm.cand_*, whose key bits
+  // above `top` equal tk's, into sm.s.
+  HK_INLINE static void select_candidates(stream_smem& sm, int top, hk::u32 tk, int above, int m, int n, int k) {
+    const int lane = hk::lane_id();
+    finish(n, k, top, tk, above, above + m,
            [&](auto pick) {
              int c = 0;
-             for (int i = tid; i < m; i += THREADS) c += pick(sm.cand_key[i], ~sm.cand_col[i]);
-             return group_count(c);
+             for (int i = lane; i < m; i += W) c += pick(sm.cand_key[i], ~sm.cand_col[i]);
+             return group_count<W>(c);
            },
            [&](auto pick) {
-             for (int i = tid; i < m; i += THREADS)
+             for (int i = lane; i < m; i += W)
                if (pick(sm.cand_key[i], ~sm.cand_col[i])) add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
            });
   }
@@ -365,45 +389,45 @@ struct topk {
     const int len = a.n - c_lo < seg ? a.n - c_lo : seg;
     const int k_part = a.k < len ? a.k : len;
     const auto gseg = hk::make_gl(const_cast<T*>(a.x) + c_lo, a.rows, len, a.x_row_stride, 1);
-    for (int row = hk::block_x(); row < a.rows; row += hk::grid_x()) {
-      if (tid == 0) sm.s.count = 0;
-      if (k_part > 0) select_columns(sm, gseg, row, c_lo, a.n, k_part);
-      hk::sync_threads();
-      if constexpr (SPLIT > 1) {
-        // Each part leaves its k_part survivors in the workspace; the part that finishes last
-        // (a counter per row, left at 0 again) selects the row's k among them.
-        hk::u32* counter = a.workspace + row;
-        hk::u32* list = a.workspace + a.rows + ((long long)row * SPLIT + part) * 2 * MAX_K;
-        for (int i = tid; i < k_part; i += THREADS) {
-          list[2 * i] = sm.s.key[i];
-          list[2 * i + 1] = sm.s.col[i];
-        }
-        hk::detail::fence_device();
-        hk::sync_threads();
-        if (tid == 0) sm.last = hk::detail::global_fetch_add(counter, 1u) == SPLIT - 1;
-        hk::sync_threads();
-        if (!sm.last) continue;
-        hk::detail::fence_device();
-        int m = 0;
-#pragma unroll 1
-        for (int p = 0; p < SPLIT; ++p) {
-          const int lo = p * seg < a.n ? p * seg : a.n;
-          const int len_p = a.n - lo < seg ? a.n - lo : seg;
-          const int kp = a.k < len_p ? a.k : len_p;
-          const hk::u32* other = a.workspace + a.rows + ((long long)row * SPLIT + p) * 2 * MAX_K;
-          for (int i = tid; i < kp; i += THREADS) {
-            sm.cand_key[m + i] = other[2 * i];
-            sm.cand_col[m + i] = other[2 * i + 1];
-          }
-          m += kp;
-        }
-        if (tid == 0) { sm.s.count = 0; *counter = 0; }
-        hk::sync_threads();
-        select_candidates(sm, m, a.n, a.k);
-        hk::sync_threads();
+    // One row per block (no grid-stride loop: around one, the compiler keeps lane-dependent
+    // masks live across rows, which overflows the AMD scalar registers).
+    const int row = hk::block_x();
+    if (tid == 0) sm.s.count = 0;
+    if (k_part > 0) select_columns(sm, gseg, row, c_lo, a.n, k_part);
+    hk::sync_threads();
+    if constexpr (SPLIT > 1) {
+      // Each part leaves its k_part survivors in the workspace; the part that finishes last
+      // (a counter per row, left at 0 again) selects the row's k among them.
+      hk::u32* counter = a.workspace + row;
+      hk::u32* list = a.workspace + a.rows + ((long long)row * SPLIT + part) * 2 * MAX_K;
+      for (int i = tid; i < k_part; i += THREADS) {
+        list[2 * i] = sm.s.key[i];
+        list[2 * i + 1] = sm.s.col[i];
       }
-      write_sorted(a, sm.s, row, tid);
-      hk::sync_threads();   // the shared arrays are reused by the next row
+      hk::detail::fence_device();
+      hk::sync_threads();
+      if (tid == 0) sm.last = hk::detail::global_fetch_add(counter, 1u) == SPLIT - 1;
+      hk::sync_threads();
+      if (!sm.last) return;
+      hk::detail::fence_device();
+      int m = 0;
+#pragma unroll 1
+      for (int p = 0; p < SPLIT; ++p) {
+        const int lo = p * seg < a.n ? p * seg : a.n;
+        const int len_p = a.n - lo < seg ? a.n - lo : seg;
+        const int kp = a.k < len_p ? a.k : len_p;
+        const hk::u32* other = a.workspace + a.rows + ((long long)row * SPLIT + p) * 2 * MAX_K;
+        for (int i = tid; i < kp; i += THREADS) {
+          sm.cand_key[m + i] = other[2 * i];
+          sm.cand_col[m + i] = other[2 * i + 1];
+        }
+        m += kp;
+      }
+      if (tid == 0) { sm.s.count = 0; *counter = 0; }
+      hk::sync_threads();
+      if (hk::warp_id() == 0) select_candidates(sm, 32, 0u, 0, m, a.n, a.k);
+      hk::sync_threads();
     }
+    write_sorted(a, sm.s, row, tid);
   }
 };

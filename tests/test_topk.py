@@ -81,7 +81,7 @@ SIM_CASES = [
     ((1, 4500), 30, "bfloat16", "two", STREAM),             # streamed, boundary bin > buffer: counted over the row
     ((2, 3000), 50, "bfloat16", "normal", dict(STREAM, split=5)),   # parts of rows; two parts empty
     ((3, 1100), 100, "float32", "ties", dict(STREAM, split=4)),     # a part shorter than k
-    ((3, 2000), 20, "float16", "normal", dict(STREAM, split=3, blocks=1)),  # one block row after row
+    ((3, 2000), 20, "float16", "normal", dict(STREAM, split=3)),
 ]
 
 
@@ -151,7 +151,7 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
         bind(inputs((4, 6, 8), "float16").transpose(1, 0, 2))
     assert bind(inputs((5, 4, 20), "float16")[:, :, 3:11]) is None   # rows 20 apart: accepted
     for tiles, msg in ((dict(block_m=64), "unknown keyword"), (dict(vec=8, dtype="float32"), "vec=8"),
-                       (dict(stream=2), "stream=2"), (dict(blocks=4), "blocks="),
+                       (dict(stream=2), "stream=2"), (dict(split=4), "split="), (dict(blocks=4), "unknown keyword"),
                        (dict(row_threads=48), "row_threads=48"), (dict(threads=96), "threads=96"),
                        (dict(chunks=1), "chunks = 512 < n=1000"), (dict(stream=1, row_threads=64), "whole block")):
         with pytest.raises(InvalidArgumentError, match=msg):

@@ -10,11 +10,11 @@ vector width (from the alignment) and the schedule, which follows the row length
         row_threads = at least a warp/wave (fewer for rows of fewer pieces), more when a thread
                       would hold over MAX_KEYS keys; a power of two up to the warp, else the block
         threads     = 256 (several rows per block) or row_threads (one row per block)
-    streamed rows (longer): one row per 1024-thread block, read in column blocks twice (a
+    streamed rows (longer): a row part per 512-thread block, read in column blocks twice (a
         histogram of the top key bits, then the survivors and the candidates of the boundary bin);
-        few rows are split into parts (up to 16, >= 8192 columns each) so that about 256 blocks
-        run, and the last part of a row to finish selects among the parts' survivors (workspace)
-    grid = (one block per step of rows, parts) (streamed rows: `blocks=` asks for a persistent grid)
+        rows are split into parts of about 64 KiB (up to 16; more for few rows, so that about 256
+        blocks run) and the last part of a row to finish selects among the parts' survivors
+    grid = (one block per step of rows, parts)
 
 k is a run-time argument (any k <= 128 shares a kernel); run-time sizes and row strides too.
 """
@@ -30,15 +30,15 @@ from . import register
 
 SOURCE = "topk.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32 values; indices are int64 (as torch.topk's)
-TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split", "blocks")
+TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split")
 MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX_K)
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
 MAX_N = 2 ** 24                     # counts are summed as fp32 across threads: exact below 2**24
-STREAM_THREADS, STREAM_CHUNKS = 1024, 2
+STREAM_THREADS, STREAM_CHUNKS = 512, 2   # several blocks per SM / CU: one finishes a part while others read
 MAX_SPLIT = 16                      # parts of a streamed row (their survivors meet in a 2048-entry buffer)
-SPLIT_BLOCKS = 256                  # streamed rows are split until about this many blocks run...
-SPLIT_MIN_COLS = 8192               # ...while each part keeps at least this many columns
+SPLIT_BLOCKS = 256                  # streamed rows are split so that at least about this many blocks run,
+PART_BYTES = 64 << 10               # and into parts of about 64 KiB (re-read from L2 by the second pass)
 
 
 def _cdiv(a, b):
@@ -104,18 +104,16 @@ def configure(target, p, tiles) -> Config:
         raise InvalidArgumentError(f"topk: vec*chunks = {vec * chunks} keys per thread; at most {2 * MAX_KEYS} "
                                    "(registers)")
     steps = _cdiv(p["rows"], threads // row_threads)
-    for name in ("blocks", "split"):
-        if name in tiles and not stream:
-            raise InvalidArgumentError(f"topk: {name}= is for streamed rows (stream=1); rows held in registers take "
-                                       "one block per step of rows")
+    if "split" in tiles and not stream:
+        raise InvalidArgumentError("topk: split= is for streamed rows (stream=1)")
     cols = threads * vec * chunks
-    split = tiles.get("split", max(1, min(MAX_SPLIT, _cdiv(SPLIT_BLOCKS, p["rows"]), n // SPLIT_MIN_COLS,
-                                          _cdiv(n, cols))) if stream else 1)
+    parts = max(_cdiv(SPLIT_BLOCKS, p["rows"]), _cdiv(n * itemsize, PART_BYTES))
+    split = tiles.get("split", max(1, min(MAX_SPLIT, parts, _cdiv(n, cols))) if stream else 1)
     if split > MAX_SPLIT or split > _cdiv(n, cols):
         raise InvalidArgumentError(f"topk: split={split}; at most {MAX_SPLIT} and at most the {_cdiv(n, cols)} "
                                    f"column blocks of {cols} in a row")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
-                  stream=stream, split=split, blocks=tiles.get("blocks", steps))
+                  stream=stream, split=split, blocks=steps)
 
 
 class TopkOp(Op):
@@ -257,6 +255,6 @@ def topk(x, k, *, out_values=None, out_indices=None, device=None, compiler=None,
     int from 1 to min(n, 128). values: (..., k) of x's dtype; indices: (..., k) int64 (as torch).
     Equal values go to the lower index first; NaN ranks above +inf (all NaNs equal) and -0.0 just
     below +0.0, as torch.topk on CUDA. out_values / out_indices: optional arrays to write.
-    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split, blocks.
+    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split.
     """
     return launch.call(TOPK, (x, out_values, out_indices), (), (("k", k),), device, compiler, tile_overrides)

@@ -12,6 +12,7 @@
 //                                 encode takes them (16-bit elements in the high half)
 //   detail::smem_fetch_add(p, v)  atomic add to a 32-bit word in shared memory, returning the
 //                                 old value (ds_add_rtn_u32 on CDNA, atom.shared.add on Hopper)
+//   detail::lane_shfl(v, src)     v of another lane of the warp / wave
 //   detail::global_fetch_add(p, v), detail::fence_device()
 //                                 the same in global memory, and a device-wide fence: blocks
 //                                 publish partial results, the last to count in combines them
@@ -75,6 +76,14 @@ HK_INLINE void fence_device() {
   __threadfence();
 #else
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#endif
+}
+// v of lane `src` of this warp / wave (every lane takes part).
+HK_INLINE u32 lane_shfl(u32 v, int src) {
+#if HK_CUDA
+  return __shfl_sync(0xFFFFFFFFu, v, src);
+#else
+  return (u32)__builtin_amdgcn_ds_bpermute(src << 2, (int)v);
 #endif
 }
 HK_INLINE u32 smem_fetch_add(u32* p, u32 v) {
