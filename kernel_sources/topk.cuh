@@ -27,13 +27,14 @@
 //   STREAM       false: the row is held in registers (n <= COLS; x read once), and the search
 //                counts over registers. true (ROW_THREADS = THREADS): for rows longer than a
 //                block holds, the row is read in column blocks of COLS, twice: pass 1 builds a
-//                histogram of the keys' top 11 bits in shared memory (the search over those bits
-//                reads it); pass 2 sends the elements above the boundary bin straight to the
-//                survivors and those in it to a shared candidate buffer (CAND entries), where the
-//                rest of the search runs. If the boundary bin holds more than CAND elements (data
-//                with few distinct values), the rest of the search counts over the row in memory
-//                instead: one more read per remaining key bit (and column bit when there are
-//                ties), then one to collect.
+//                histogram of the keys' top 11 bits in shared memory (shared atomics), and warp
+//                0 finds the boundary bin (a scan over its lanes' bins); pass 2 sends the
+//                elements above the boundary bin straight to the survivors and those in it to a
+//                shared candidate buffer (CAND entries), where warp 0 runs the rest of the search
+//                (no block barriers). If the boundary bin holds more than CAND elements (data
+//                with few distinct values), the block counts over the row in memory instead: one
+//                more read per remaining key bit (and column bit when there are ties), then one
+//                to collect.
 //   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
 //                a few long rows still fill the GPU: each part selects its own k survivors (from
 //                whole column blocks of its columns), writes them to the workspace and counts
@@ -60,11 +61,12 @@
 // grid.x = rows, block (b, y) runs part y of row b, grid.y = SPLIT; grid.z = 1.
 //
 // Schedules (what hkjit/ops/topk.py picks):
-//   short rows (<= 32 keys a thread with a warp per row)   <hk::bf16, 8, 256, 32, 1, false, 1>   (256)
-//                                                          <hk::bf16, 8, 256, 32, 4, false, 1>   (1024)
-//   rows up to 32768 (a block of up to 1024 per row)       <hk::bf16, 8, 512, 512, 4, false, 1>  (16384)
-//   longer rows                                            <hk::bf16, 8, 1024, 1024, 2, true, 2>  (128 x 128256)
-//   few longer rows                                        <hk::bf16, 8, 1024, 1024, 2, true, 15> (16 x 128256)
+//   (sm_90a; CDNA keeps at most 16 keys a thread, so its row groups are twice as wide)
+//   short rows: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
+//                                                     <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
+//   rows up to 32768: a block per row                 <hk::bf16, 8, 512, 512, 4, false, 1>   (16384)
+//   longer rows: parts of about 64 KiB                <hk::bf16, 8, 512, 512, 2, true, 4>    (128 x 128256)
+//   few longer rows: up to 16 parts                   <hk::bf16, 8, 512, 512, 2, true, 16>   (16 x 128256)
 #pragma once
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"
