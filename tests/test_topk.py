@@ -76,12 +76,11 @@ SIM_CASES = [
     ((2, 500), 128, "float32", "ties", {}),                 # k = 128
     ((9, 7), 3, "float16", "ties", {}),
     ((1, 2100), 64, "float16", "normal", {}),               # a row longer than a wave holds: a block per row
-    ((2, 3000), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
-    ((2, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
+    ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
+    ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
     ((1, 4500), 30, "bfloat16", "two", STREAM),             # streamed, boundary bin > buffer: counted over the row
-    ((2, 3000), 50, "bfloat16", "normal", dict(STREAM, split=5)),   # parts of rows; two parts empty
-    ((3, 1100), 100, "float32", "ties", dict(STREAM, split=4)),     # a part shorter than k
-    ((3, 2000), 20, "float16", "normal", dict(STREAM, split=3)),
+    ((2, 2000), 50, "float16", "normal", dict(STREAM, split=3)),    # rows in parts
+    ((2, 1100), 100, "float32", "ties", dict(STREAM, split=4)),     # a part shorter than k, one empty
 ]
 
 
