@@ -20,6 +20,10 @@ _EXPORTS = {
     "build": "api", "Built": "api", "inspect": "api", "reset_state": "api", "set_offline": "api",
     "gemm": "ops.gemm",
     "rms_norm": "ops.rms_norm",
+    "silu": "ops.activations", "gelu": "ops.activations", "gelu_tanh": "ops.activations",
+    "relu": "ops.activations", "tanh": "ops.activations",
+    "silu_and_mul": "ops.activations", "gelu_and_mul": "ops.activations",
+    "softmax": "ops.softmax",
     "topk": "ops.topk",
 }
 
