@@ -257,3 +257,18 @@ def test_gpu_special_values_strided_rows_and_numpy():
     v, i = hkjit.topk(xn, 40, device="cuda:0")
     ref_v, ref_i = reference(xn, 40)
     assert np.array_equal(i, ref_i) and same_values(v, ref_v)
+
+
+@needs_clang
+def test_bench_peers_compute_the_op(cache_dir):
+    """`hkjit bench`'s peer (torch.topk, also what torch.compile is given) is the op: it returns the
+    same (values, indices) tuple as hkjit on the simulator, and the byte count is the op's traffic."""
+    torch = pytest.importorskip("torch")
+    op = hkjit.ops.get("topk")
+    x = torch.randn(5, 300) * 3
+    got = hkjit.topk(x, 12, device="sim:gfx950")
+    ref = op.bench_peers(torch)["torch eager"](x, 12)
+    assert isinstance(ref, tuple) and len(ref) == 2
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    for case in op.bench_cases(quick=False):
+        assert op.bench_bytes(case) == case["rows"] * (case["n"] * 4 + case["k"] * (4 + 8))   # float32 cases
