@@ -65,8 +65,9 @@
 //   short rows: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
 //                                                     <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
 //   rows up to 32768: a block per row                 <hk::bf16, 8, 512, 512, 4, false, 1>   (16384)
-//   longer rows: parts of about 64 KiB                <hk::bf16, 8, 512, 512, 2, true, 4>    (128 x 128256)
-//   few longer rows: up to 16 parts                   <hk::bf16, 8, 512, 512, 2, true, 16>   (16 x 128256)
+//   longer rows: parts of about 64 KiB                <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
+//   few longer rows: up to 16 parts                   <hk::bf16, 8, 256, 256, 2, true, 16>   (16 x 128256)
+//   (CDNA streams with 512-thread blocks)
 #pragma once
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"

@@ -10,7 +10,7 @@ vector width (from the alignment) and the schedule, which follows the row length
         row_threads = at least a warp/wave (fewer for rows of fewer pieces), more when a thread
                       would hold over MAX_KEYS keys; a power of two up to the warp, else the block
         threads     = 256 (several rows per block) or row_threads (one row per block)
-    streamed rows (longer): a row part per 512-thread block, read in column blocks twice (a
+    streamed rows (longer): a row part per block (256 threads on sm_90a, 512 on CDNA), read twice (a
         histogram of the top key bits, then the survivors and the candidates of the boundary bin);
         rows are split into parts of about 64 KiB (up to 16; more for few rows, so that about 256
         blocks run) and the last part of a row to finish selects among the parts' survivors
@@ -35,7 +35,9 @@ MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
 MAX_N = 2 ** 24                     # counts are summed as fp32 across threads: exact below 2**24
-STREAM_THREADS, STREAM_CHUNKS = 512, 2   # several blocks per SM / CU: one finishes a part while others read
+STREAM_CHUNKS = 2                   # streamed rows: 2 x 16 bytes in flight per thread and column block,
+STREAM_THREADS = {"nvidia": 256, "amd": 512}   # and several blocks per SM / CU, so that while one
+                                    # finishes a part others read (sm_90a: 72 registers, 3 blocks of 256)
 MAX_SPLIT = 16                      # parts of a streamed row (their survivors meet in a 2048-entry buffer)
 SPLIT_BLOCKS = 256                  # streamed rows are split so that at least about this many blocks run,
 PART_BYTES = 64 << 10               # and into parts of about 64 KiB (re-read from L2 by the second pass)
@@ -78,7 +80,7 @@ def configure(target, p, tiles) -> Config:
     if tiles.get("stream", 0) > 1:
         raise InvalidArgumentError(f"topk: stream={tiles['stream']}; give 0 (row in registers) or 1 (streamed)")
     if stream:
-        threads = tiles.get("threads", STREAM_THREADS)
+        threads = tiles.get("threads", STREAM_THREADS["nvidia" if target.is_nvidia else "amd"])
         row_threads = tiles.get("row_threads", threads)
         chunks = tiles.get("chunks", STREAM_CHUNKS)
         if row_threads != threads:
