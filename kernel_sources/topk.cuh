@@ -100,7 +100,8 @@ struct topk {
   static_assert(G <= hk::WARP_THREADS ? (G & (G - 1)) == 0 : G == THREADS,
                 "ROW_THREADS: a power of two up to the warp size, or THREADS");
   static_assert(!STREAM || G == THREADS, "STREAM reads a row with the whole block");
-  static_assert(SPLIT >= 1 && (SPLIT == 1 || STREAM) && SPLIT * MAX_K <= CAND, "SPLIT: 1, or up to 16 parts of a streamed row");
+  static_assert(SPLIT >= 1 && (SPLIT == 1 || STREAM) && SPLIT * MAX_K <= CAND,
+                "SPLIT: 1, or up to 16 parts of a streamed row");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
 
   // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
@@ -186,67 +187,63 @@ struct topk {
     hk::sync_threads();
     // One step per block (no grid-stride loop: around one, the compiler keeps the column
     // bounds of every element live across steps, which overflows the AMD scalar registers).
-    {
-      const int row = hk::block_x() * GROUPS + group;
-      const bool live = row < a.rows;
-      hk::u32 key[KEYS];
-      load_keys(key, gx, row, 0, live);
-      // The key bits: count(key >= cand) over this thread's keys (absent ones are 0: never counted).
-      hk::u32 tk = 0;
-      int have = live ? a.n : 0;
+    const int row = hk::block_x() * GROUPS + group;
+    const bool live = row < a.rows;
+    hk::u32 key[KEYS];
+    load_keys(key, gx, row, 0, live);
+    // The key bits: count(key >= cand) over this thread's keys (absent ones are 0: never counted).
+    hk::u32 tk = 0;
+    int have = live ? a.n : 0;
 #pragma unroll 1
-      for (int bit = 31; bit >= KEY_LOW; --bit) {
-        const hk::u32 cand = tk | (1u << bit);
-        int c = 0;
+    for (int bit = 31; bit >= KEY_LOW; --bit) {
+      const hk::u32 cand = tk | (1u << bit);
+      int c = 0;
 #pragma unroll
-        for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
-        c = group_count(c);
-        if (c >= a.k) { tk = cand; have = c; }
-      }
-      // Those above the boundary key survive. The keys then become ~column for the elements at
-      // the boundary key and 0 for the rest (reused registers; the comparisons below then change
-      // with every step, so none is kept live across the loop), and the lowest columns among the
-      // boundary ones complete the k.
-      int above = 0;
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i) above += key[i] > tk;
-      if (live && above) {   // one shared-memory atomic per thread, not per survivor
-        hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)above);
-#pragma unroll
-        for (int i = 0; i < KEYS; ++i)
-          if (key[i] > tk) {
-            s.key[slot] = key[i];
-            s.col[slot] = (hk::u32)col_of(0, i);
-            ++slot;
-          }
-      }
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
-      above = group_count(above);
-      const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
-        int c = 0;
-#pragma unroll
-        for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
-        return above + group_count(c);
-      });
-      int at = 0;
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
-      if (live && at) {
-        hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
-#pragma unroll
-        for (int i = 0; i < KEYS; ++i)
-          if (key[i] != 0u && key[i] >= tn) {
-            s.key[slot] = tk;
-            s.col[slot] = ~key[i];
-            ++slot;
-          }
-      }
-      hk::sync_threads();
-      if (lane == 0) s.count = 0;   // every add is done; the next adds follow the barrier below
-      if (live) write_sorted(a, s, row, lane);
-      hk::sync_threads();
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      c = group_count(c);
+      if (c >= a.k) { tk = cand; have = c; }
     }
+    // Those above the boundary key survive. The keys then become ~column for the elements at
+    // the boundary key and 0 for the rest (reused registers; the comparisons below then change
+    // with every step, so none is kept live across the loop), and the lowest columns among the
+    // boundary ones complete the k.
+    int above = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) above += key[i] > tk;
+    if (live && above) {   // one shared-memory atomic per thread, not per survivor
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)above);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] > tk) {
+          s.key[slot] = key[i];
+          s.col[slot] = (hk::u32)col_of(0, i);
+          ++slot;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
+    above = group_count(above);
+    const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
+      int c = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      return above + group_count(c);
+    });
+    int at = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
+    if (live && at) {
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u && key[i] >= tn) {
+          s.key[slot] = tk;
+          s.col[slot] = ~key[i];
+          ++slot;
+        }
+    }
+    hk::sync_threads();
+    if (live) write_sorted(a, s, row, lane);
   }
 
   // The survivors past the first `above` (already in s): from a region whose elements have their

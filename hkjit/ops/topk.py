@@ -5,8 +5,9 @@ order-preserving integer image of the values, composite with the column so ties 
 index (as torch.topk), then a rank sort of the k <= 128 survivors. Compile-time: the dtype, the
 vector width (from the alignment) and the schedule, which follows the row length n:
 
-    chunks = ceil(n / vec)               vec-element pieces of a row (16 bytes each at best)
-    register rows (n <= 1024 * MAX_KEYS): the row stays in registers, read once
+    pieces = ceil(n / vec)               vec-element pieces of a row (16 bytes each at best)
+    register rows (n <= 1024 * keys a thread holds: 32768 on sm_90a, 16384 on CDNA): the row
+        stays in registers, read once
         row_threads = at least a warp/wave (fewer for rows of fewer pieces), more when a thread
                       would hold over MAX_KEYS keys; a power of two up to the warp, else the block
         threads     = 256 (several rows per block) or row_threads (one row per block)
@@ -57,9 +58,9 @@ def _pow2_at_least(n):
 class Args(ctypes.Structure):
     """Mirror of topk<...>::args."""
     _fields_ = [("x", ctypes.c_void_p), ("values", ctypes.c_void_p), ("indices", ctypes.c_void_p),
-                ("workspace", ctypes.c_void_p), ("x_row_stride", ctypes.c_longlong), ("values_row_stride", ctypes.c_longlong),
-                ("indices_row_stride", ctypes.c_longlong), ("rows", ctypes.c_int), ("n", ctypes.c_int),
-                ("k", ctypes.c_int)]
+                ("workspace", ctypes.c_void_p), ("x_row_stride", ctypes.c_longlong),
+                ("values_row_stride", ctypes.c_longlong), ("indices_row_stride", ctypes.c_longlong),
+                ("rows", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int)]
 
 
 def configure(target, p, tiles) -> Config:
