@@ -152,7 +152,8 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
     for tiles, msg in ((dict(block_m=64), "unknown keyword"), (dict(vec=8, dtype="float32"), "vec=8"),
                        (dict(stream=2), "stream=2"), (dict(split=4), "split="), (dict(blocks=4), "unknown keyword"),
                        (dict(row_threads=48), "row_threads=48"), (dict(threads=96), "threads=96"),
-                       (dict(chunks=1), "chunks = 512 < n=1000"), (dict(stream=1, row_threads=64), "whole block")):
+                       (dict(chunks=1), "chunks = 512 < n=1000"),
+                       (dict(n=60, threads=1024, row_threads=2), "static shared memory"), (dict(stream=1, row_threads=64), "whole block")):
         with pytest.raises(InvalidArgumentError, match=msg):
             hkjit.build("topk", target="gfx950", **{"rows": 4, "n": 1000, **tiles})
 

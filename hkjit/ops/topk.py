@@ -36,6 +36,7 @@ MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
 MAX_N = 2 ** 24                     # counts are summed as fp32 across threads: exact below 2**24
+STATIC_SMEM = 48 << 10              # static shared memory a kernel may declare on every target
 STREAM_CHUNKS = 2                   # streamed rows: 2 x 16 bytes in flight per thread and column block,
 STREAM_THREADS = {"nvidia": 256, "amd": 512}   # and several blocks per SM / CU, so that while one
                                     # finishes a part others read (sm_90a: 72 registers, 3 blocks of 256)
@@ -106,10 +107,14 @@ def configure(target, p, tiles) -> Config:
     if vec * chunks > 2 * MAX_KEYS:
         raise InvalidArgumentError(f"topk: vec*chunks = {vec * chunks} keys per thread; at most {2 * MAX_KEYS} "
                                    "(registers)")
+    cols = threads * vec * chunks if stream else row_threads * vec * chunks
+    if not stream and (threads // row_threads) * (min(MAX_K, cols) * 8 + 4) > STATIC_SMEM:
+        raise InvalidArgumentError(f"topk: threads={threads} with row_threads={row_threads}: the row groups' "
+                                   f"survivor buffers exceed {STATIC_SMEM} bytes of static shared memory; "
+                                   "use fewer threads or wider row groups")
     steps = _cdiv(p["rows"], threads // row_threads)
     if "split" in tiles and not stream:
         raise InvalidArgumentError("topk: split= is for streamed rows (stream=1)")
-    cols = threads * vec * chunks
     parts = max(_cdiv(SPLIT_BLOCKS, p["rows"]), _cdiv(n * itemsize, PART_BYTES))
     split = tiles.get("split", max(1, min(MAX_SPLIT, parts, _cdiv(n, cols))) if stream else 1)
     if split > MAX_SPLIT or split > _cdiv(n, cols):
