@@ -364,18 +364,45 @@ struct topk {
   }
 
   // One warp: the survivors past `above` among the m candidates in sm.cand_*, whose key bits
-  // above `top` equal tk's, into sm.s.
+  // above `top` equal tk's, into sm.s. While 8 or more key bits remain, a histogram of the next
+  // (up to 11) bits narrows the region at once (as pass 1 does for the row): the candidates in
+  // higher bins survive, those in lower ones drop out; the last bits are searched one by one.
   HK_INLINE static void select_candidates(stream_smem& sm, int top, hk::u32 tk, int above, int m, int n, int k) {
     const int lane = hk::lane_id();
-    finish(n, k, top, tk, above, above + m,
+    int have = above + m;
+    auto in_region = [](hk::u32 key, int t, hk::u32 prefix) { return t >= 32 || (key >> t) == (prefix >> t); };
+    while (top - KEY_LOW >= 8) {
+      const int bits = top - KEY_LOW < HIST_BITS ? top - KEY_LOW : HIST_BITS, shift = top - bits;
+      const hk::u32 digits = (1u << bits) - 1u;
+      for (int b = lane; b < BINS; b += W) sm.hist[b] = 0;
+      hk::detail::sync_warp();
+      for (int i = lane; i < m; i += W)
+        if (in_region(sm.cand_key[i], top, tk)) hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
+      hk::detail::sync_warp();
+      find_boundary_bin(sm, k - above);
+      hk::detail::sync_warp();
+      const hk::u32 d = sm.tb;
+      for (int i = lane; i < m; i += W) {
+        const hk::u32 key = sm.cand_key[i];
+        if (in_region(key, top, tk) && ((key >> shift) & digits) > d) add_survivor(sm.s, key, (int)sm.cand_col[i]);
+      }
+      above += (int)sm.above;
+      have = above + (int)sm.hist[d];
+      tk |= d << shift;
+      top = shift;
+      hk::detail::sync_warp();   // every lane has read the histogram before the next one is built
+    }
+    finish(n, k, top, tk, above, have,
            [&](auto pick) {
              int c = 0;
-             for (int i = lane; i < m; i += W) c += pick(sm.cand_key[i], ~sm.cand_col[i]);
+             for (int i = lane; i < m; i += W)
+               c += in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]);
              return group_count<W>(c);
            },
            [&](auto pick) {
              for (int i = lane; i < m; i += W)
-               if (pick(sm.cand_key[i], ~sm.cand_col[i])) add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
+               if (in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]))
+                 add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
            });
   }
 

@@ -77,6 +77,7 @@ SIM_CASES = [
     ((9, 7), 3, "float16", "ties", {}),
     ((1, 2100), 64, "float16", "normal", {}),               # a row longer than a wave holds: a block per row
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
+    ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
     ((1, 4500), 30, "bfloat16", "two", STREAM),             # streamed, boundary bin > buffer: counted over the row
     ((2, 2000), 50, "float16", "normal", dict(STREAM, split=3)),    # rows in parts
@@ -103,6 +104,10 @@ def test_simulated_special_values(cache_dir, arch, dtype):
                                 1.0], np.float32).astype(NP[dtype])
     run_checked(x, 20, arch)
     run_checked(x[:, :33], 33, arch)
+    wide = inputs((3, 700), dtype)                           # streamed in two parts
+    wide[:, rng.choice(700, 40, replace=False)] = np.array([np.nan, np.inf, -np.inf, -0.0] * 10,
+                                                           np.float32).astype(NP[dtype])
+    run_checked(wide, 64, arch, **STREAM, split=2)
 
 
 @needs_clang

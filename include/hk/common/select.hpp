@@ -13,6 +13,7 @@
 //   detail::smem_fetch_add(p, v)  atomic add to a 32-bit word in shared memory, returning the
 //                                 old value (ds_add_rtn_u32 on CDNA, atom.shared.add on Hopper)
 //   detail::lane_shfl(v, src)     v of another lane of the warp / wave
+//   detail::sync_warp()           the lanes of a warp / wave meet (shared memory ordered)
 //   detail::global_fetch_add(p, v), detail::fence_device()
 //                                 the same in global memory, and a device-wide fence: blocks
 //                                 publish partial results, the last to count in combines them
@@ -76,6 +77,16 @@ HK_INLINE void fence_device() {
   __threadfence();
 #else
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#endif
+}
+// The lanes of this warp / wave meet: shared-memory writes before it are seen by reads after it.
+HK_INLINE void sync_warp() {
+#if HK_CUDA
+  __syncwarp();
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 #endif
 }
 // v of lane `src` of this warp / wave (every lane takes part).
