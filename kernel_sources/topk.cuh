@@ -31,7 +31,7 @@
 //                0 finds the boundary bin (a scan over its lanes' bins); pass 2 sends the
 //                elements above the boundary bin straight to the survivors and those in it to a
 //                shared candidate buffer (CAND entries), where warp 0 runs the rest of the search
-//                (no block barriers). If the boundary bin holds more than CAND elements (data
+//                (no block barriers; histograms of the next 11 bits while 8 or more remain). If the boundary bin holds more than CAND elements (data
 //                with few distinct values), the block counts over the row in memory instead: one
 //                more read per remaining key bit (and column bit when there are ties), then one
 //                to collect.
