@@ -21,7 +21,6 @@ k is a run-time argument (any k <= 128 shares a kernel); run-time sizes and row 
 """
 
 import ctypes
-import functools
 
 from .. import launch, spec as spec_mod
 from ..dtypes import DTYPES, FLOAT_OUTPUTS
