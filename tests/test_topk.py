@@ -116,7 +116,7 @@ def test_simulated_strided_rows_and_allocated_outputs(cache_dir, arch):
     """Rows of a wider array (misaligned base: narrower loads), outputs allocated by hkjit."""
     wide = inputs((5, 300), "bfloat16")
     x = wide[:, 3:250]
-    values, indices = hkjit.topk(x, 17, device=f"sim:{arch}")
+    values, indices = hkjit.topk(x, np.int64(17), device=f"sim:{arch}")    # any integer type
     ref_v, ref_i = reference(x, 17)
     assert indices.dtype == np.int64 and values.dtype == x.dtype and values.shape == (5, 17)
     assert np.array_equal(indices, ref_i) and same_values(values, ref_v)

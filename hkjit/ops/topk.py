@@ -21,6 +21,7 @@ k is a run-time argument (any k <= 128 shares a kernel); run-time sizes and row 
 """
 
 import ctypes
+import operator
 
 from .. import launch, spec as spec_mod
 from ..dtypes import DTYPES, FLOAT_OUTPUTS
@@ -187,6 +188,8 @@ class TopkOp(Op):
         if dtype not in DTYPES_IN:
             raise DTypeError(f"topk: x has dtype {dtype}; it must be one of {', '.join(DTYPES_IN)}")
         n = X.shape[-1]
+        if not isinstance(k, bool) and hasattr(k, "__index__"):
+            k = operator.index(k)          # NumPy and other integer types, as Python's int
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= min(n, MAX_K):
             raise InvalidArgumentError(f"topk: k={k!r}; an int from 1 to min(n, {MAX_K}) = {min(n, MAX_K)} "
                                        f"(n = {n}, x's last dimension)")
