@@ -176,3 +176,26 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644):
         with suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def place_all(items) -> int:
+    """Write every (path, data) of `items` or none: each is staged as a temp file beside its path,
+    and all are renamed in only once every one is staged. On any failure (a bad item raised by the
+    iterator, a full disk) the temps and every file placed by this call are removed, leaving the
+    folder as it was. Returns how many files were placed."""
+    staged, placed = [], []
+    try:
+        for path, data in items:
+            staged.append((write_temp(path, data), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+            placed.append(path)
+    except BaseException:
+        for tmp, _ in staged:
+            with suppress(OSError):
+                os.unlink(tmp)
+        for path in placed:
+            with suppress(OSError):
+                os.unlink(path)
+        raise
+    return len(placed)

@@ -14,6 +14,8 @@ import secrets
 from contextlib import suppress
 from pathlib import Path
 
+from .entry import CorruptEntryError
+
 INDEX_DIR = "index"
 TEMP_SUFFIX = ".tmp"
 _MAX_RECORD = 64 << 10   # a record is well under 4 KiB; a huge file there is not ours
@@ -109,3 +111,31 @@ def expectation_problem(expect: dict, meta: dict) -> str | None:
         if meta.get(field) != wanted:
             return f"the entry's {field} is {meta.get(field)!r}, expected {wanted!r}"
     return None
+
+
+def verify_records(root, load_entry) -> list[tuple[Path, str]]:
+    """(path, problem) for every bad record: one that fails its checksum, or names an entry that is
+    not what the record expects. `load_entry(key)` gives the entry under `key` (FileNotFoundError:
+    pruned, the record is merely stale; an entry that fails its own checks is reported by the
+    entries' verification, not here). Bad records are removed: they are only shortcuts."""
+    problems = []
+    for path in record_files(root):
+        try:
+            record = read_record(path)
+            if record is None:
+                continue
+            problem = None
+            with suppress(FileNotFoundError):
+                problem = expectation_problem(record["expect"], load_entry(record["key"]).meta)
+                if problem:
+                    problem = f"names the entry of key {record['key']}, but {problem}"
+        except CorruptEntryError:
+            continue   # the entry failing its own checks is reported (and set aside) with the entries
+        except (CorruptRecordError, ValueError) as e:   # ValueError: not a cache key
+            problem = str(e)
+        except OSError:
+            continue
+        if problem:
+            problems.append((path, f"key index record: {problem}"))
+            remove_record(path)
+    return problems

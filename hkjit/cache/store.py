@@ -18,7 +18,7 @@ from ..errors import CacheError, CacheWarning, InvalidArgumentError, OfflineMiss
 from . import index as index_mod
 from .bundle import MAX_TOOLCHAINS, Bundle, bundle_paths_from_env, toolchain_problem
 from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry_file, read_entry_info, \
-    write_atomically, write_temp
+    place_all, write_atomically
 from .key import ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath
 from .lock import KeyLock
 from .perms import check_private, make_private_dirs
@@ -200,32 +200,19 @@ class Cache:
         return []
 
     def put_all(self, items) -> int:
-        """Store every (key, code, meta) of `items` or none of them (a bundle import): each entry
-        is staged as a temp file beside its place and renamed in only when all are staged; on any
-        failure (a bad item, a full disk) the temps and any entry placed by this call are removed,
-        so the cache is as it was. Entries already on disk are kept (same key, same meaning).
-        Returns how many were added."""
-        staged, placed = [], []
-        try:
+        """Store every (key, code, meta) of `items` or none of them (a bundle import; see
+        entry.place_all). Entries already on disk are kept (same key, same meaning). Returns how
+        many were added."""
+        def staged():
+            seen = set()
             for key, code, meta in items:
-                check_key(key)
-                path = self.entry_path(key)
-                if path.exists() or any(p == path for _, p in staged):
+                path = self.entry_path(check_key(key))
+                if path.exists() or path in seen:
                     continue
+                seen.add(path)
                 self._mkdirs(path.parent.relative_to(self.root))
-                staged.append((write_temp(path, encode_entry(key, code, meta)), path))
-            for tmp, path in staged:
-                os.replace(tmp, path)
-                placed.append(path)
-        except BaseException:
-            for tmp, _ in staged:
-                with suppress(OSError):
-                    os.unlink(tmp)
-            for path in placed:
-                with suppress(OSError):
-                    os.unlink(path)
-            raise
-        return len(placed)
+                yield path, encode_entry(key, code, meta)
+        return place_all(staged())
 
     # ---- maintenance
 
@@ -269,29 +256,8 @@ class Cache:
         return problems + self._verify_index()
 
     def _verify_index(self) -> list[tuple[Path, str]]:
-        """Key index records: whole (checksum), and naming an entry that is what the record expects.
-        A bad record is removed (it is only a shortcut: the key is computed again)."""
-        problems = []
-        for path in index_mod.record_files(self.root):
-            try:
-                record = index_mod.read_record(path)
-                if record is None:
-                    continue
-                problem = None
-                entry_path = self.entry_path(check_key(record["key"]))
-                with suppress(FileNotFoundError):   # a pruned entry: the record is merely stale
-                    entry, _ = read_entry_file(entry_path, record["key"], touch=False)
-                    problem = index_mod.expectation_problem(record["expect"], entry.meta)
-                    if problem:
-                        problem = f"names the entry {entry_path}, but {problem}"
-            except (index_mod.CorruptRecordError, InvalidArgumentError) as e:
-                problem = str(e)
-            except (CorruptEntryError, OSError):
-                continue    # the entry itself is reported (and set aside) above
-            if problem:
-                problems.append((path, f"key index record: {problem}"))
-                index_mod.remove_record(path)
-        return problems
+        return index_mod.verify_records(self.root, lambda key: read_entry_file(
+            self.entry_path(check_key(key)), key, touch=False)[0])
 
     def prune(self, max_size, *, grace: float | None = None, wait: bool = True) -> dict:
         """Evict least recently used entries until the cache holds at most `max_size` bytes.
