@@ -238,8 +238,12 @@ def _untouched(root):
     lambda m: m["entries"].append("a string record"),
     lambda m: m["entries"].append(dict(m["entries"][0])),
     lambda m: m.update(hkjit_version=["1"]),
+    lambda m: m.update(created={"at": 0}),
+    lambda m: m.update(cache_format="1"),
+    lambda m: m["entries"][0].update(params=[1]),
 ], ids=["toolchains-str", "compiler-int", "flags-str", "toolchain-list", "traversal", "other-path",
-        "size", "sha256", "no-key", "string-record", "duplicate", "version"])
+        "size", "sha256", "no-key", "string-record", "duplicate", "version", "created", "cache-format",
+        "params"])
 def test_malformed_manifest_is_refused_before_anything_is_imported(tmp_path, edit):
     bundle = _bundle(tmp_path)
     _edit_manifest(bundle, edit)

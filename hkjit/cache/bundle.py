@@ -197,6 +197,8 @@ def manifest_problem(manifest: dict) -> str | None:
     before anything in the bundle is used or imported."""
     if not isinstance(manifest.get("hkjit_version"), str):
         return "hkjit_version is not a string"
+    if not isinstance(manifest.get("created", ""), str) or type(manifest.get("cache_format", 0)) is not int:
+        return "created is not a string or cache_format is not an integer"
     seen = set()
     for n, record in enumerate(manifest["entries"]):
         problem = record_problem(record)
