@@ -75,7 +75,8 @@ SIM_CASES = [
     ((6, 200), 20, "bfloat16", "ties", {}),
     ((2, 500), 128, "float32", "ties", {}),                 # k = 128
     ((9, 7), 3, "float16", "ties", {}),
-    ((1, 2100), 64, "float16", "normal", {}),               # a row longer than a wave holds: a block per row
+    ((1, 2100), 64, "float16", "normal", dict(stream=0, row_threads=256, threads=256)),  # a block per row
+    ((2, 2100), 64, "float16", "normal", {}),               # longer than a wave holds: streamed (default)
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
     ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
