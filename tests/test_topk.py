@@ -279,3 +279,17 @@ def test_bench_peers_compute_the_op(cache_dir):
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     for case in op.bench_cases(quick=False):
         assert op.bench_bytes(case) == case["rows"] * (case["n"] * 4 + case["k"] * (4 + 8))   # float32 cases
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("tiles", [dict(stream=0, row_threads=256, threads=256),   # a block-wide row in registers
+                                   dict(stream=1, threads=128, chunks=1, split=3),  # small streamed parts
+                                   dict(vec=2)])                                    # narrower loads
+def test_gpu_schedule_overrides(tiles):
+    import torch
+    for kind in ("normal", "ties"):
+        x = (torch.randint(-3, 4, (33, 3000), device="cuda").float() if kind == "ties"
+             else torch.randn(33, 3000, device="cuda"))
+        values, indices = hkjit.topk(x, 40, **tiles)
+        check_against_torch(torch, x, 40, values, indices)
