@@ -31,10 +31,10 @@
 //                0 finds the boundary bin (a scan over its lanes' bins); pass 2 sends the
 //                elements above the boundary bin straight to the survivors and those in it to a
 //                shared candidate buffer (CAND entries), where warp 0 runs the rest of the search
-//                (no block barriers; histograms of the next 8 bits while 8 or more remain). If the boundary bin holds more than CAND elements (data
-//                with few distinct values), the block counts over the row in memory instead: one
-//                more read per remaining key bit (and column bit when there are ties), then one
-//                to collect.
+//                (no block barriers; histograms of the next 8 bits while 8 or more remain). If
+//                the boundary bin holds more than CAND elements (data with few distinct
+//                values), the block counts over the row in memory instead: one more read per
+//                remaining key bit (and column bit when there are ties), then one to collect.
 //   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
 //                a few long rows still fill the GPU: each part selects its own k survivors (from
 //                whole column blocks of its columns), writes them to the workspace and counts
@@ -248,22 +248,31 @@ struct topk {
     if (live) write_sorted(a, s, row, lane);
   }
 
+  // Which elements a count or a collection takes: key > tk, or key == tk with ~column >= tn
+  // (strict: key > tk only). A plain struct, not a generic lambda: every JIT compiler takes it.
+  struct pick {
+    hk::u32 tk, tn;
+    bool strict;
+    HK_INLINE bool operator()(hk::u32 key, hk::u32 ncol) const {
+      return key > tk || (!strict && key == tk && ncol >= tn);
+    }
+  };
+
   // The survivors past the first `above` (already in s): from a region whose elements have their
-  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(pick) is the
-  // block's count of region elements with pick(key, ~column); add_if(pick) adds those to s.
+  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(p) is the
+  // count of region elements that p takes (over the threads searching); add_if(p) adds them to s.
   template <class COUNT, class ADD>
   HK_INLINE static void finish(int n, int k, int top, hk::u32 tk, int above, int have, COUNT count_in, ADD add_if) {
 #pragma unroll 1
     for (int bit = top - 1; bit >= KEY_LOW; --bit) {
       const hk::u32 cand = tk | (1u << bit);
-      const int c = above + count_in([&](hk::u32 key, hk::u32) { return key >= cand; });
+      const int c = above + count_in(pick{cand, 0u, false});   // key >= cand
       if (c >= k) { tk = cand; have = c; }
     }
-    const int above_key = above + count_in([&](hk::u32 key, hk::u32) { return key > tk; });
     const hk::u32 tn = search_columns(n, k, have, [&](hk::u32 cand) {
-      return above_key + count_in([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
+      return above + count_in(pick{tk, cand, false});
     });
-    add_if([&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); });
+    add_if(pick{tk, tn, false});
   }
 
   // ---- long rows: one row (or a SPLIT-th of one) per block, read twice -------------------------
@@ -347,24 +356,28 @@ struct topk {
       return;
     }
     // More than CAND elements in the bin (few distinct values): the block counts over the row.
-    auto each_in_bin = [&](auto f) {
+    auto count_bin = [&](const pick& p) {
+      int c = 0;
       for (int c0 = 0; c0 < len; c0 += COLS) {
         hk::u32 key[KEYS];
         load_keys(key, gseg, row, c0, true);
 #pragma unroll
         for (int i = 0; i < KEYS; ++i)
-          if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
+          c += key[i] != 0u && (key[i] >> SHIFT) == tb && p(key[i], ~(hk::u32)(c_lo + col_of(c0, i)));
+      }
+      return group_count(c);
+    };
+    auto add_bin = [&](const pick& p) {
+      for (int c0 = 0; c0 < len; c0 += COLS) {
+        hk::u32 key[KEYS];
+        load_keys(key, gseg, row, c0, true);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u && (key[i] >> SHIFT) == tb && p(key[i], ~(hk::u32)(c_lo + col_of(c0, i))))
+            add_survivor(sm.s, key[i], c_lo + col_of(c0, i));
       }
     };
-    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin,
-           [&](auto pick) {
-             int c = 0;
-             each_in_bin([&](hk::u32 key, hk::u32 col) { c += pick(key, ~col); });
-             return group_count(c);
-           },
-           [&](auto pick) {
-             each_in_bin([&](hk::u32 key, hk::u32 col) { if (pick(key, ~col)) add_survivor(sm.s, key, (int)col); });
-           });
+    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin, count_bin, add_bin);
   }
 
   // One warp: the survivors past `above` among the m candidates in sm.cand_*, whose key bits
@@ -384,7 +397,8 @@ struct topk {
       for (int b = lane; b < NB; b += W) sm.hist[b] = 0;
       hk::detail::sync_warp();
       for (int i = lane; i < m; i += W)
-        if (in_region(sm.cand_key[i], top, tk)) hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
+        if (in_region(sm.cand_key[i], top, tk))
+          hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
       hk::detail::sync_warp();
       find_boundary_bin<NB>(sm, k - above);
       hk::detail::sync_warp();
@@ -400,15 +414,15 @@ struct topk {
       hk::detail::sync_warp();   // every lane has read the histogram before the next one is built
     }
     finish(n, k, top, tk, above, have,
-           [&](auto pick) {
+           [&](const pick& p) {
              int c = 0;
              for (int i = lane; i < m; i += W)
-               c += in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]);
+               c += in_region(sm.cand_key[i], top, tk) && p(sm.cand_key[i], ~sm.cand_col[i]);
              return group_count<W>(c);
            },
-           [&](auto pick) {
+           [&](const pick& p) {
              for (int i = lane; i < m; i += W)
-               if (in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]))
+               if (in_region(sm.cand_key[i], top, tk) && p(sm.cand_key[i], ~sm.cand_col[i]))
                  add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
            });
   }

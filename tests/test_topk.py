@@ -165,8 +165,8 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
 
 
 # --- static figures of the benchmark shapes ---------------------------------------------------
-BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"), (128, 128256, "float32"),
-                (16384, 4096, "bfloat16")]
+BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"), (128, 128256, "float32"),   # rows in registers,
+                (16384, 4096, "bfloat16"), (16, 128256, "bfloat16")]                          # streamed, split
 
 
 @needs_clang
@@ -198,6 +198,16 @@ def test_nvrtc_static(rows, n, dtype):
     result = nvrtc_ptx(rows, n, dtype)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx
+
+
+def test_no_generic_lambdas_in_device_code():
+    """NVRTC 12 (JIT mode) takes a lambda with `auto` parameters in device code for a host
+    function and refuses the unit; NVRTC 13 accepts it, so a compile here would not catch one."""
+    import re
+    root = Path(hkjit.__file__).resolve().parent.parent
+    for path in (root / "kernel_sources" / "topk.cuh", root / "include" / "hk" / "common" / "select.hpp"):
+        text = path.read_text()
+        assert not re.search(r"\]\s*\([^)]*\bauto\b", text), f"a generic lambda in {path.name}"
 
 
 def test_args_layout_matches_the_documented_contract():
