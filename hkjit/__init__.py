@@ -20,6 +20,7 @@ _EXPORTS = {
     "build": "api", "Built": "api", "inspect": "api", "reset_state": "api", "set_offline": "api",
     "gemm": "ops.gemm",
     "rms_norm": "ops.rms_norm",
+    "attention": "ops.attention",
 }
 
 __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",
