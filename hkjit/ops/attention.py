@@ -283,7 +283,8 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=Fa
         raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k for variable-length "
                                    "batches, or neither")
     if cu_seqlens_q is not None:
-        rows_q, rows_k = getattr(q, "shape", (0,))[0], getattr(k, "shape", (0,))[0]
+        # Packed (total, heads, D) arrays: their row counts bound the offsets (other shapes: bind says so).
+        rows_q, rows_k = (x.shape[0] if len(getattr(x, "shape", ())) == 3 else math.inf for x in (q, k))
         options += [("max_seqlen_q", _check_offsets("cu_seqlens_q", _host_ints("cu_seqlens_q", cu_seqlens_q),
                                                     rows_q, max_seqlen_q)),
                     ("max_seqlen_k", _check_offsets("cu_seqlens_k", _host_ints("cu_seqlens_k", cu_seqlens_k),
