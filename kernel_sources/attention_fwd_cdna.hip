@@ -30,7 +30,7 @@
 // dealt heaviest first. Loads past a sequence's last key read 0 (buffer range check); masked
 // scores are -inf.
 #pragma once
-#include "hk/hk.hpp"
+#include "attention_cdna_common.hpp"
 
 template <typename T, int D, int BKV, int WAVES, bool CAUSAL, bool VARLEN, int LOAD_BYTES>
 struct attention_fwd_cdna {
@@ -79,33 +79,6 @@ struct attention_fwd_cdna {
   static constexpr int QS = RS::TC;                   // query slots per lane (2: queries l%16, 16 + l%16)
   static_assert(RO::TC == QS, "one query column layout for S^T and O^T");
 
-  // Q rows [r0, r0 + 32) of a (rows x D) matrix with row stride sr into registers, pre-scaled;
-  // rows >= rows read 0. Each lane's E elements are contiguous: PB-byte global loads.
-  HK_INLINE static void load_q(RQ& rq, const T* q, long long sr, int r0, int rows, float scale) {
-    constexpr int PB = hk::min(LOAD_BYTES, 2 * S1::E);
-    constexpr int W = PB / 4 > 0 ? PB / 4 : 1;
-    const int l = hk::lane_id();
-#pragma unroll
-    for (int i = 0; i < RQ::TMN; ++i) {
-      const int r = r0 + i * 16 + l % 16;
-#pragma unroll
-      for (int k = 0; k < RQ::TK; ++k) {
-        hk::vec<hk::u32, S1::E / 2> w = {};
-        if (r < rows) {
-          const T* p = q + r * sr + k * S1::MK + S1::E * (l / 16);
-#pragma unroll
-          for (int c = 0; c < 2 * S1::E / PB; ++c) {
-            const hk::raw<PB> x = hk::detail::ld_global<PB>(p + c * (PB / 2));
-#pragma unroll
-            for (int u = 0; u < W; ++u) w[c * W + u] = x.w[u];
-          }
-        }
-        rq.t[i][k] = __builtin_bit_cast(hk::vec<T, S1::E>, w);
-      }
-    }
-    hk::mul(rq, rq, scale);
-  }
-
   static __device__ void run(const args& g) {
     __shared__ StK sK[2];
     __shared__ StV sV[2];
@@ -148,7 +121,8 @@ struct attention_fwd_cdna {
 
     if (nkb > 0) {
       RQ rq;
-      load_q(rq, Q, g.q_sr, qw, Lq, g.scale_log2);
+      hkjit_attn::load_rows<LOAD_BYTES>(rq, Q, g.q_sr, qw, Lq);
+      hk::mul(rq, rq, g.scale_log2);
       hk::tile_loader<StK, WAVES, LOAD_BYTES> lk;
       hk::tile_loader<StV, WAVES, LOAD_BYTES> lv;
       lk.init(g.k_sr, wave);
@@ -186,10 +160,7 @@ struct attention_fwd_cdna {
             for (int j = 0; j < RS::TC; ++j)
 #pragma unroll
               for (int v = 0; v < S1::ACC; ++v)
-              {
-                const hk::u32 bound = 0x7F800000u | ((hk::u32)(lim[j] - (i * 16 + v)) & 0x80000000u);   // +-inf
-                st.t[i][j][v] = __builtin_fminf(st.t[i][j][v], __builtin_bit_cast(float, bound));
-              }
+                st.t[i][j][v] = hkjit_attn::mask_by_sign(st.t[i][j][v], lim[j] - (i * 16 + v));
         }
         typename RS::cvec mx, ps;
         hk::col_max(mx, st);
