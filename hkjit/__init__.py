@@ -21,6 +21,7 @@ _EXPORTS = {
     "gemm": "ops.gemm",
     "rms_norm": "ops.rms_norm",
     "attention": "ops.attention",
+    "attention_backward": "ops.attention_backward",
 }
 
 __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",

@@ -81,6 +81,73 @@ def _bhnd_strides(name, arr, layout, varlen):
     return (b, heads, rows, d), (sb, sh, sr)
 
 
+def dense_strides(shape, layout, varlen):
+    if varlen:
+        _, h, d = shape
+        return (0, d, h * d)
+    if layout == "bhnd":
+        _, h, n, d = shape
+        return (h * n * d, n * d, d)
+    _, n, h, d = shape
+    return (n * h * d, d, h * d)
+
+
+def _check_cu(CQ, CK) -> int:
+    for name, c in (("cu_seqlens_q", CQ), ("cu_seqlens_k", CK)):
+        if c.dtype.name != "int32":
+            raise DTypeError(f"attention: {name} has dtype {c.dtype.name}; it must be int32 (e.g. "
+                             f"torch.int32 or np.int32)")
+        if c.ndim != 1 or c.shape[0] < 2 or (c.strides[0] != 1):
+            raise InvalidArgumentError(f"attention: {name} must be a contiguous 1-D array of batch + 1 offsets, "
+                                       f"got shape {c.shape} strides {c.strides}")
+    if CQ.shape != CK.shape:
+        raise InvalidArgumentError(f"attention: cu_seqlens_q has {CQ.shape[0]} offsets, cu_seqlens_k "
+                                   f"{CK.shape[0]}; both are batch + 1 long")
+    return CQ.shape[0] - 1
+
+
+def qkv_facts(Q, K, V, CQ, CK, options) -> dict:
+    """Validated facts of q, k, v (and cu_seqlens): dtype, sizes, (batch, head, row) strides."""
+    layout = options.get("layout", "bhnd")
+    if layout not in LAYOUTS:
+        raise InvalidArgumentError(f"attention: layout={layout!r}; give 'bhnd' (batch, heads, seq, head_dim) "
+                                   "or 'bnhd' (batch, seq, heads, head_dim)")
+    if (CQ is None) != (CK is None):
+        raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k for variable-length "
+                                   "batches, or neither")
+    varlen = CQ is not None
+    dtype = dtype_of("attention", "q", Q.dtype, IN_DTYPES)
+    for name, arr in (("k", K), ("v", V)):
+        if arr.dtype.name != dtype:
+            raise DTypeError(f"attention: q is {dtype} but {name} is {arr.dtype.name}; convert them to one dtype")
+    (b, heads, n_q, d), q_strides = _bhnd_strides("q", Q, layout, varlen)
+    (bk, kv_heads, n_k, dk), k_strides = _bhnd_strides("k", K, layout, varlen)
+    vshape, v_strides = _bhnd_strides("v", V, layout, varlen)
+    if d not in HEAD_DIMS:
+        raise InvalidArgumentError(f"attention: head_dim={d}; supported head dims are 64 and 128 (pad the "
+                                   "head dim with zeros, or split it)")
+    if dk != d or vshape[3] != d:
+        raise InvalidArgumentError(f"attention: head dims differ: q {d}, k {dk}, v {vshape[3]}; they must match")
+    if bk != b or vshape[0] != b:
+        raise InvalidArgumentError(f"attention: batch sizes differ: q {b}, k {bk}, v {vshape[0]}")
+    if vshape[1] != kv_heads or vshape[2] != n_k:
+        raise InvalidArgumentError(f"attention: k has {kv_heads} heads x {n_k} rows but v has {vshape[1]} x "
+                                   f"{vshape[2]}; k and v must have the same shape")
+    if min(b, heads, kv_heads, n_q, n_k) < 1:
+        raise InvalidArgumentError(f"attention: empty input (q {Q.shape}, k {K.shape}); sizes must be >= 1")
+    if heads % kv_heads:
+        raise InvalidArgumentError(f"attention: q has {heads} heads, k and v {kv_heads}; the query heads must be "
+                                   "a multiple of the key/value heads (GQA/MQA)")
+    batch = b
+    if varlen:
+        batch = _check_cu(CQ, CK)
+        n_q, n_k = options.get("max_seqlen_q"), options.get("max_seqlen_k")
+    total_q = Q.shape[0] if varlen else None
+    return dict(layout=layout, varlen=varlen, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads, n_q=n_q,
+                n_k=n_k, head_dim=d, q_strides=q_strides, k_strides=k_strides, v_strides=v_strides, total_q=total_q,
+                total_k=K.shape[0] if varlen else None)
+
+
 class AttentionOp(Op):
     name = "attention"
     params = (
@@ -116,42 +183,10 @@ class AttentionOp(Op):
 
     def bind(self, arrays, options, device) -> Binding:
         Q, K, V, O, L, CQ, CK = (arrays[n] for n in self.array_names)
-        layout = options.get("layout", "bhnd")
-        if layout not in LAYOUTS:
-            raise InvalidArgumentError(f"attention: layout={layout!r}; give 'bhnd' (batch, heads, seq, head_dim) "
-                                       "or 'bnhd' (batch, seq, heads, head_dim)")
-        if (CQ is None) != (CK is None):
-            raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k for variable-length "
-                                       "batches, or neither")
-        varlen = CQ is not None
-        dtype = dtype_of("attention", "q", Q.dtype, IN_DTYPES)
-        for name, arr in (("k", K), ("v", V)):
-            if arr.dtype.name != dtype:
-                raise DTypeError(f"attention: q is {dtype} but {name} is {arr.dtype.name}; convert them to one dtype")
-        (b, heads, n_q, d), q_strides = _bhnd_strides("q", Q, layout, varlen)
-        (bk, kv_heads, n_k, dk), k_strides = _bhnd_strides("k", K, layout, varlen)
-        vshape, v_strides = _bhnd_strides("v", V, layout, varlen)
-        if d not in HEAD_DIMS:
-            raise InvalidArgumentError(f"attention: head_dim={d}; supported head dims are 64 and 128 (pad the "
-                                       "head dim with zeros, or split it)")
-        if dk != d or vshape[3] != d:
-            raise InvalidArgumentError(f"attention: head dims differ: q {d}, k {dk}, v {vshape[3]}; they must match")
-        if bk != b or vshape[0] != b:
-            raise InvalidArgumentError(f"attention: batch sizes differ: q {b}, k {bk}, v {vshape[0]}")
-        if vshape[1] != kv_heads or vshape[2] != n_k:
-            raise InvalidArgumentError(f"attention: k has {kv_heads} heads x {n_k} rows but v has {vshape[1]} x "
-                                       f"{vshape[2]}; k and v must have the same shape")
-        if min(b, heads, kv_heads, n_q, n_k) < 1:
-            raise InvalidArgumentError(f"attention: empty input (q {Q.shape}, k {K.shape}); sizes must be >= 1")
-        if heads % kv_heads:
-            raise InvalidArgumentError(f"attention: q has {heads} heads, k and v {kv_heads}; the query heads must be "
-                                       "a multiple of the key/value heads (GQA/MQA)")
-        if varlen:
-            batch = self._check_cu(CQ, CK)
-            n_q, n_k = options.get("max_seqlen_q"), options.get("max_seqlen_k")
-            total_q = Q.shape[0]
-        else:
-            batch = b
+        f = qkv_facts(Q, K, V, CQ, CK, options)
+        layout, varlen, dtype = f["layout"], f["varlen"], f["dtype"]
+        batch, heads, kv_heads, n_q, n_k, d = (f[n] for n in ("batch", "heads", "kv_heads", "n_q", "n_k", "head_dim"))
+        q_strides, k_strides, v_strides, total_q = f["q_strides"], f["k_strides"], f["v_strides"], f["total_q"]
         if O is not None:
             if O.shape != Q.shape:
                 raise InvalidArgumentError(f"attention: out has shape {O.shape}; it must be q's, {Q.shape}")
@@ -159,7 +194,7 @@ class AttentionOp(Op):
                 raise DTypeError(f"attention: out has dtype {O.dtype.name}; it must be q's, {dtype}")
             o_strides = _bhnd_strides("out", O, layout, varlen)[1]
         else:
-            o_strides = self._dense_strides(Q.shape, layout, varlen)
+            o_strides = dense_strides(Q.shape, layout, varlen)
         lse_shape = (heads, total_q) if varlen else (batch, heads, n_q)
         if L is not None:
             if L.shape != lse_shape or L.dtype.name != "float32":
@@ -190,31 +225,6 @@ class AttentionOp(Op):
         if L is None and want_lse:
             outputs["lse"] = (lse_shape, DTYPES["float32"])
         return Binding(request, outputs, args, returns=("out", "lse") if want_lse else ("out",))
-
-    @staticmethod
-    def _dense_strides(shape, layout, varlen):
-        if varlen:
-            _, h, d = shape
-            return (0, d, h * d)
-        if layout == "bhnd":
-            _, h, n, d = shape
-            return (h * n * d, n * d, d)
-        _, n, h, d = shape
-        return (n * h * d, d, h * d)
-
-    @staticmethod
-    def _check_cu(CQ, CK) -> int:
-        for name, c in (("cu_seqlens_q", CQ), ("cu_seqlens_k", CK)):
-            if c.dtype.name != "int32":
-                raise DTypeError(f"attention: {name} has dtype {c.dtype.name}; it must be int32 (e.g. "
-                                 f"torch.int32 or np.int32)")
-            if c.ndim != 1 or c.shape[0] < 2 or (c.strides[0] != 1):
-                raise InvalidArgumentError(f"attention: {name} must be a contiguous 1-D array of batch + 1 offsets, "
-                                           f"got shape {c.shape} strides {c.strides}")
-        if CQ.shape != CK.shape:
-            raise InvalidArgumentError(f"attention: cu_seqlens_q has {CQ.shape[0]} offsets, cu_seqlens_k "
-                                       f"{CK.shape[0]}; both are batch + 1 long")
-        return CQ.shape[0] - 1
 
     def static_figures(self, plan, report) -> None:
         cfg, mix = plan.config, report.get("instruction_mix")
@@ -261,24 +271,15 @@ def _check_offsets(name, cu, total, given_max):
     return given_max
 
 
-def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=False, out=None, lse=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, device=None,
-              compiler=None, **tile_overrides):
-    """Scaled dot-product attention: softmax(scale · Q Kᵀ) V with fp32 softmax and accumulation.
-
-    q: (B, H, Nq, D) ("bhnd") or (B, Nq, H, D) ("bnhd"); k, v: the same with HKV heads and Nk rows
-    (H a multiple of HKV: GQA/MQA). D is 64 or 128; bf16 or fp16. Variable-length batches: q, k, v
-    packed as (total, heads, D) and int32 cu_seqlens_q / cu_seqlens_k of B + 1 offsets (lengths
-    may differ; max_seqlen_* default to the longest). causal: bottom-right aligned. scale defaults
-    to 1/sqrt(D). Returns out (q's shape), or (out, lse) with return_lse: lse float32 (B, H, Nq), or
-    (H, total_q) when varlen. out= / lse= write into given arrays. Tile overrides: block_kv, waves.
-    """
+def prepare_call(q, k, causal, scale, layout, return_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k) -> tuple:
+    """(compile-time options, scale) of a forward or backward call; checks cu_seqlens' values."""
     if not isinstance(causal, bool) or not isinstance(return_lse, bool):
         raise InvalidArgumentError(f"attention: causal={causal!r}, return_lse={return_lse!r}; give True or False")
     if scale is None:
         d = getattr(q, "shape", (1,))[-1]
         scale = 1.0 / math.sqrt(d) if isinstance(d, int) and d > 0 else 1.0
-    options = [("causal", causal), ("layout", layout), ("return_lse", return_lse or lse is not None)]
+    options = [("causal", causal), ("layout", layout), ("return_lse", return_lse)]
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k for variable-length "
                                    "batches, or neither")
@@ -291,5 +292,47 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=Fa
                                                     rows_k, max_seqlen_k))]
     elif max_seqlen_q is not None or max_seqlen_k is not None:
         raise InvalidArgumentError("attention: max_seqlen_q / max_seqlen_k go with cu_seqlens_q / cu_seqlens_k")
-    return launch.call(ATTENTION, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k), (scale,), tuple(options), device,
+    return tuple(options), scale
+
+
+def attention_forward(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=False, out=None, lse=None,
+                      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, device=None,
+                      compiler=None, **tile_overrides):
+    """hkjit.attention without autograd (see `attention`)."""
+    options, scale = prepare_call(q, k, causal, scale, layout, return_lse or lse is not None, cu_seqlens_q,
+                                  cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return launch.call(ATTENTION, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k), (scale,), options, device,
                        compiler, tile_overrides)
+
+
+def _needs_grad(*arrays) -> bool:
+    """torch tensors that autograd tracks (torch itself is never imported here)."""
+    if not any(type(a).__module__.startswith("torch") and getattr(a, "requires_grad", False) for a in arrays):
+        return False
+    import torch
+    return torch.is_grad_enabled()
+
+
+def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=False, out=None, lse=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, device=None,
+              compiler=None, **tile_overrides):
+    """Scaled dot-product attention: softmax(scale · Q Kᵀ) V with fp32 softmax and accumulation.
+
+    q: (B, H, Nq, D) ("bhnd") or (B, Nq, H, D) ("bnhd"); k, v: the same with HKV heads and Nk rows
+    (H a multiple of HKV: GQA/MQA). D is 64 or 128; bf16 or fp16. Variable-length batches: q, k, v
+    packed as (total, heads, D) and int32 cu_seqlens_q / cu_seqlens_k of B + 1 offsets (lengths
+    may differ; max_seqlen_* default to the longest). causal: bottom-right aligned. scale defaults
+    to 1/sqrt(D). Returns out (q's shape), or (out, lse) with return_lse: lse float32 (B, H, Nq), or
+    (H, total_q) when varlen. out= / lse= write into given arrays. Tile overrides: block_kv, waves.
+    torch tensors that require grad go through a torch.autograd.Function whose backward is
+    hkjit.attention_backward (out= and lse= are not taken then).
+    """
+    kw = dict(causal=causal, scale=scale, layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, device=device, compiler=compiler)
+    if _needs_grad(q, k, v):
+        if out is not None or lse is not None:
+            raise InvalidArgumentError("attention: out= and lse= are not supported for tensors that require grad")
+        from .attention_backward import autograd_function   # torch autograd only: keeps the import light
+        o, lse_ = autograd_function().apply(q, k, v, kw, tile_overrides)
+        return (o, lse_) if return_lse else o
+    return attention_forward(q, k, v, return_lse=return_lse, out=out, lse=lse, **kw, **tile_overrides)
