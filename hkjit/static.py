@@ -166,10 +166,10 @@ def format_report(report) -> str:
             ok = "matches" if k["per_block"] == k["tile_arithmetic"] else "DIFFERS from"
             lines.append(f"  MFMA per K-step: {k['per_wave']} per wave, {k['per_block']} per block ({ok} the "
                          f"tile arithmetic, {k['tile_arithmetic']})")
-        k = report.get("mfma_per_kv_block")
+        k = report.get("mfma_per_step")   # ops that stream blocks other than K-steps (attention)
         if k:
             ok = "matches" if k["per_wave"] == k["tile_arithmetic"] else "DIFFERS from"
-            lines.append(f"  MFMA per KV block: {k['per_wave']} per wave ({ok} the tile arithmetic, "
+            lines.append(f"  MFMA per {k['step']}: {k['per_wave']} per wave ({ok} the tile arithmetic, "
                          f"{k['tile_arithmetic']}), {k['per_block']} per block")
     else:
         lines.append(f"  registers {report.get('registers')}  static smem {report.get('smem_bytes')} B  "

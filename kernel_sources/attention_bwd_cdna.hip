@@ -267,17 +267,18 @@ struct attention_bwd_dkdv_cdna {
         }
         // Per row (query q0 + 16 i + acc_row(v)): LSE, Delta, and the last key it sees.
         RP p, ds;
-        const long long stat = (long long)b * g.lse_sb + (long long)h * g.lse_sh;
-        const long long dstat = (long long)b * g.delta_sb + (long long)h * g.delta_sh;
+        // LSE and Delta rows are contiguous (lse_sr = delta_sr = 1: hkjit checks before launch).
+        const float* lse_h = g.lse + (long long)b * g.lse_sb + (long long)h * g.lse_sh + q_off;
+        const float* delta_h = g.delta + (long long)b * g.delta_sb + (long long)h * g.delta_sh + q_off;
 #pragma unroll
         for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
           for (int v = 0; v < S1::ACC; ++v) {
             const int qi = q0 + i * 16 + S1::acc_row(v, l);
             const bool ok = qi < Lq;
-            const float x = ok ? g.lse[stat + (long long)(q_off + qi) * g.lse_sr] : 0.0f;
+            const float x = ok ? lse_h[qi] : 0.0f;
             const float lse2 = x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;
-            const float dl = ok ? g.delta[dstat + (long long)(q_off + qi) * g.delta_sr] : 0.0f;
+            const float dl = ok ? delta_h[qi] : 0.0f;
             const int last = !ok ? -1 : (CAUSAL ? hk::min(Lk - 1, qi + shift) : Lk - 1);
             const int lim = last - kw - S1::acc_col(l);
 #pragma unroll

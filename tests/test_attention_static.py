@@ -30,7 +30,8 @@ def test_default_configs_compile_clean(arch, params):
     assert r["vgpr_spills"] == 0 and r["sgpr_spills"] == 0 and r["scratch_bytes"] == 0
     assert r["lds_bytes"] == F.lds_bytes(cfg) <= parse(arch).smem_per_block
     assert r["vgprs"] + r["agprs"] <= 256 and r["waves_per_simd"] >= 2
-    k = r["mfma_per_kv_block"]
+    k = r["mfma_per_step"]
+    assert k["step"] == "KV block"
     assert k["per_wave"] == k["tile_arithmetic"] == F.mfma_per_kv_block(cfg) > 0
     built = hkjit.build("attention", target=arch, **{**hkjit.ops.get("attention").default_shape, **params})
     s = static.amd_gemm_loop_stats(static.amd_disassembly(built.code, arch))
@@ -58,3 +59,20 @@ def test_default_table_and_limits():
         F.configure(parse("gfx950"), dict(p, head_dim=64), {"block_kv": 32})   # 4 KiB over 8 waves x 1 KiB
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         F.configure(parse("gfx950"), p, {"stages": 3})
+
+
+BWD = [(a, op, dict(head_dim=d, causal=c)) for a in ("gfx950", "gfx942") for op in ("dq", "dkdv") for d in (128, 64)
+       for c in (False, True)]
+
+
+@needs_tools
+@pytest.mark.parametrize("arch,kernel,params", BWD, ids=[f"{a}-{k}-{p}" for a, k, p in BWD])
+def test_backward_kernels_compile_clean(arch, kernel, params):
+    from hkjit.ops import _cdna_attention_bwd as B
+    r = hkjit.inspect(f"attention_bwd_{kernel}", arch, **params)
+    assert r["vgpr_spills"] == 0 and r["sgpr_spills"] == 0 and r["scratch_bytes"] == 0
+    assert r["lds_bytes"] == B.Kernel.lds(r["params"]) <= parse(arch).smem_per_block
+    assert r["vgprs"] <= 512 and r["waves_per_simd"] >= 1   # vgprs counts AGPRs too (unified file)
+    k = r["mfma_per_step"]
+    assert k["per_wave"] == k["tile_arithmetic"] > 0
+    assert r["kernarg_bytes"] == ctypes.sizeof(B.Args)

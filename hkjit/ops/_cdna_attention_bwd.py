@@ -98,6 +98,14 @@ class Kernel:
     def workspace(self, cfg, p) -> tuple:
         return 0, 0
 
+    def mfma_per_step(self, cfg) -> int:
+        """MFMAs per wave per streamed block by the tile arithmetic: two products at 16x16xK (S and dP,
+        K = head_dim) and, at 16x16x16, one (dQ^T) for dq or two (dK^T, dV^T) for dkdv."""
+        k1 = 32 if cfg["target"] == "gfx950" else 16
+        first = 2 * cfg["block"] * ROWS * cfg["head_dim"] // (256 * k1)
+        second = cfg["head_dim"] * ROWS * cfg["block"] // (256 * 16)
+        return first + (1 if self.name == "dq" else 2) * second
+
     def fill(self, cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads,
              kv_heads, n_q, n_k, scale, workspace=0, **strides) -> Args:
         lb = cfg["load_bytes"]
@@ -106,6 +114,10 @@ class Kernel:
             if int(ptr) % lb or int(strides[f"{name}_strides"][2]) * 2 % lb:
                 _err(f"attention backward: {name}'s base pointer or row stride is not aligned to the {lb}-byte "
                      "loads this kernel was built for")
+        for name in ("lse", "delta"):
+            if int(strides[f"{name}_strides"][2]) != 1:
+                _err(f"attention backward: {name}'s rows must be contiguous (row stride 1, got "
+                     f"{strides[f'{name}_strides'][2]}); pass {name}.contiguous()")
         vals = [int(x) for t in STRIDED for x in strides[f"{t}_strides"]]
         return Args(int(q), int(k), int(v), int(o), int(d_o), int(lse), int(delta), int(dq or 0), int(dk or 0),
                     int(dv or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0), *vals, int(batch), int(heads),

@@ -230,8 +230,8 @@ class AttentionOp(Op):
         cfg, mix = plan.config, report.get("instruction_mix")
         if plan.spec.target.is_amd and mix:
             per_wave = mix["main_loop"].get("mfma", 0)
-            report["mfma_per_kv_block"] = {"per_wave": per_wave, "per_block": per_wave * cfg["waves"],
-                                           "tile_arithmetic": _cdna_attention_fwd.mfma_per_kv_block(cfg)}
+            report["mfma_per_step"] = {"step": "KV block", "per_wave": per_wave, "per_block": per_wave * cfg["waves"],
+                                       "tile_arithmetic": _cdna_attention_fwd.mfma_per_kv_block(cfg)}
 
 
 ATTENTION = register(AttentionOp())

@@ -125,6 +125,16 @@ class AttentionBackwardOp(Op):
         return Binding(request, outputs, args, returns=self.output_names)
 
 
+    def static_figures(self, plan, report) -> None:
+        cfg, mix = plan.config, report.get("instruction_mix")
+        if plan.spec.target.is_amd and mix:
+            per_wave = mix["main_loop"].get("mfma", 0)
+            k = getattr(_cdna_attention_bwd, self.kernel.upper())
+            report["mfma_per_step"] = {"step": "KV block" if self.kernel == "dq" else "query block",
+                                       "per_wave": per_wave, "per_block": per_wave * cfg["waves"],
+                                       "tile_arithmetic": k.mfma_per_step(cfg)}
+
+
 DQ_OP = register(AttentionBackwardOp("dq", ("dq", "delta")))
 DKDV_OP = register(AttentionBackwardOp("dkdv", ("dk", "dv")))
 
