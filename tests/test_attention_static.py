@@ -29,7 +29,7 @@ def test_default_configs_compile_clean(arch, params):
     cfg = r["params"]
     assert r["vgpr_spills"] == 0 and r["sgpr_spills"] == 0 and r["scratch_bytes"] == 0
     assert r["lds_bytes"] == F.lds_bytes(cfg) <= parse(arch).smem_per_block
-    assert r["vgprs"] + r["agprs"] <= 256 and r["waves_per_simd"] >= 2
+    assert r["vgprs"] <= 256 and r["waves_per_simd"] >= 2   # vgprs counts AGPRs too (unified file)
     k = r["mfma_per_step"]
     assert k["step"] == "KV block"
     assert k["per_wave"] == k["tile_arithmetic"] == F.mfma_per_kv_block(cfg) > 0
