@@ -2,8 +2,9 @@
 
 The issue's shapes: B16 H16 (MHA) and B16 H64/KV8 (GQA), N in {1024 ... 16384}, D in {64, 128},
 causal and not, as TFLOP/s (forward FLOPs 4·B·H·N²·D, halved when causal) and ratios to the best
-SDPA backend. Every timed configuration is first checked against SDPA's output. The backward is
-not built yet: no backward rows.
+SDPA backend. Every timed configuration is first checked against SDPA's output. Backward rows
+(hkjit.attention_backward against SDPA's backward through autograd, FLOPs 2.5x the forward's)
+where the target has a backward kernel.
 """
 
 import statistics
@@ -55,8 +56,8 @@ def run(quick=False, log=print, rounds=3, dims=(64, 128)):
                         times = {name: [] for name in ["hkjit", *peers]}
                         for _ in range(rounds):   # alternate: clocks and neighbours drift
                             for name, fn in peers.items():
-                                times[name].append(median_ms(lambda fn=fn: fn(q, k, v, causal)))
-                            times["hkjit"].append(median_ms(lambda: hkjit.attention(q, k, v, causal=causal, out=out)))
+                                times[name].append(median_ms(lambda fn=fn, x=(q, k, v): fn(*x, causal)))
+                            times["hkjit"].append(median_ms(lambda x=(q, k, v), o=out: hkjit.attention(*x, causal=causal, out=o)))
                         flops = _flops(b, h, n, d, causal)
                         for name, ts in times.items():
                             row[f"{name}_tflops"] = flops / statistics.median(ts) / 1e9
@@ -66,6 +67,7 @@ def run(quick=False, log=print, rounds=3, dims=(64, 128)):
                             f"hkjit {row['hkjit_tflops']:6.1f}  " +
                             "  ".join(f"{p} {row[f'{p}_tflops']:6.1f}" for p in peers) +
                             f"  ratio {row['ratio_to_best']:.2f}x" + ("" if row["correct"] else "  WRONG"))
+                        _backward(row, peers, q, k, v, causal, 2.5 * flops, rounds, log)
                     except Exception as e:   # one shape failing (e.g. memory) must not stop the rest
                         row["error"] = f"{type(e).__name__}: {e}"[:300]
                         log(f"  attention {label} N{n} D{d}: {row['error']}")
@@ -73,6 +75,35 @@ def run(quick=False, log=print, rounds=3, dims=(64, 128)):
                     del q, k, v, out
                     torch.cuda.empty_cache()
     return rows
+
+
+def _backward(row, peers, q, k, v, causal, flops, rounds, log):
+    """Backward TFLOP/s: hkjit.attention_backward vs each SDPA backend's autograd backward."""
+    import torch
+    import hkjit
+    try:
+        o, lse = hkjit.attention(q, k, v, causal=causal, return_lse=True)
+        do = torch.randn_like(q)
+        hkjit.attention_backward(do, q, k, v, o, lse, causal=causal)
+    except hkjit.TargetError as e:     # no backward kernel for this target yet
+        row["backward"] = str(e)
+        return
+    times = {"hkjit": []}
+    graphs = {}
+    for name, fn in peers.items():
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+        graphs[name] = (fn(qg, kg, vg, causal), (qg, kg, vg))
+        times[name] = []
+    for _ in range(rounds):
+        for name, (out, inputs) in graphs.items():
+            times[name].append(median_ms(lambda out=out, inputs=inputs: torch.autograd.grad(out, inputs, do,
+                                                                                          retain_graph=True)))
+        times["hkjit"].append(median_ms(lambda: hkjit.attention_backward(do, q, k, v, o, lse, causal=causal)))
+    for name, ts in times.items():
+        row[f"bwd_{name}_tflops"] = flops / statistics.median(ts) / 1e9
+    row["bwd_ratio_to_best"] = row["bwd_hkjit_tflops"] / max(row[f"bwd_{p}_tflops"] for p in peers)
+    log("      backward  hkjit {:6.1f}  ".format(row["bwd_hkjit_tflops"]) +
+        "  ".join(f"{p} {row[f'bwd_{p}_tflops']:6.1f}" for p in peers) + f"  ratio {row['bwd_ratio_to_best']:.2f}x")
 
 
 def static_shapes(quick) -> list:
