@@ -42,4 +42,54 @@ HK_INLINE float mask_by_sign(float score, int keep) {
   return __builtin_fminf(score, __builtin_bit_cast(float, bound));
 }
 
+// The fp32 accumulators of 16x16 MFMAs over a (K x N) product, as the B operand (K x N, col_l) of
+// a 16x16xMK MFMA, in "accumulator order": register v of accumulator subtile r holds K-row
+// 16 r + 4 (l / 16) + v, so operand element e of K-subtile k is accumulator subtile (MK/16) k + e/4,
+// register e % 4. For MK = 16 this is the MFMA's own K order; for MK = 32 (gfx950) the K rows of
+// a lane are {4g .. 4g+3, 16+4g .. 16+4g+3} (g = l / 16) instead of 8g .. 8g+7, a permutation of
+// K that the A operand must share: read it with load_acc_order.
+template <typename T, int R, int C, typename S, typename SA>
+HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<float, R, C, hk::acc_l, SA>& acc) {
+  static_assert(S::MI == 16 && SA::MI == 16 && SA::ACC == 4, "16x16 outputs and operands");
+#pragma unroll
+  for (int j = 0; j < dst.TMN; ++j)
+#pragma unroll
+    for (int k = 0; k < dst.TK; ++k)
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) dst.t[j][k][e] = hk::from_float<T>(acc.t[(S::MK / 16) * k + e / 4][j][e % 4]);
+}
+
+// A^T operand fragments (K x MN shared tile, K along rows: rows [0, R), columns [c0, c0 + C)) in
+// the accumulator K order of acc_to_operand: lane l's element e of K-subtile k is row
+// MK k + 4 (l / 16) + 16 (e / 4) + e % 4. gfx950: one ds_read_b64_tr_b16 per 4 rows; gfx942: element reads.
+template <typename T, int R, int C, typename S, int SR, int SC, typename Swz>
+HK_INLINE void load_acc_order(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::st<T, SR, SC, Swz>& src, int c0 = 0) {
+  using ST = hk::st<T, SR, SC, Swz>;
+  static_assert(S::MI == 16, "16-row lane groups");
+  const int l = hk::lane_id(), g = l / 16;
+  const HK_LDS char* base = (const HK_LDS char*)(const HK_LDS void*)src.data;
+#pragma unroll
+  for (int i = 0; i < dst.TMN; ++i)
+#pragma unroll
+    for (int k = 0; k < dst.TK; ++k) {
+      hk::vec<T, S::E> v;
+#if HK_CDNA4
+      const int s = l & 15;
+      const int col = c0 + i * 16 + 4 * (s & 3);
+#pragma unroll
+      for (int h = 0; h < S::E / 4; ++h) {
+        const hk::vec<T, 4> q = hk::detail::lds_tr4<T>(base, ST::offset(k * S::MK + 4 * g + 16 * h + (s >> 2), col));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[4 * h + j] = q[j];
+      }
+#else
+      const int col = c0 + i * 16 + l % 16;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e)
+        v[e] = hk::detail::lds_elem<T>(base, ST::offset(k * S::MK + 4 * g + 16 * (e / 4) + e % 4, col));
+#endif
+      dst.t[i][k] = v;
+    }
+}
+
 }  // namespace hkjit_attn

@@ -62,7 +62,7 @@ struct attention_fwd_cdna {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BKV % 32 == 0, "KV block: a multiple of 32 keys");
   using S1 = hk::default_shape;                  // S^T = K Q^T: 16x16x32 (gfx950) / 16x16x16 (gfx942)
-  using S2 = hk::mfma_shape<16, 16>;             // O^T += V^T P^T: P^T is the B operand as accumulated
+  using S2 = hk::default_shape;                  // O^T += V^T P^T: P^T is the B operand as accumulated
   static_assert(S1::MI == 16, "S^T accumulators must be 16x16 outputs to feed P^T");
 
   using StK = hk::st<T, BKV, D, hk::arch_swz_k>;     // keys x D, K-major operand of S^T
@@ -178,10 +178,9 @@ struct attention_fwd_cdna {
           for (int j = 0; j < RS::TC; ++j)
 #pragma unroll
             for (int v = 0; v < S1::ACC; ++v) {
-              const float p = hk::fast_exp2(st.t[i][j][v] - mu[j]);
-              st.t[i][j][v] = p;
-              pt.t[j][i][v] = hk::from_float<T>(p);   // accumulator register = B-operand register
+              st.t[i][j][v] = hk::fast_exp2(st.t[i][j][v] - mu[j]);
             }
+        hkjit_attn::acc_to_operand(pt, st);   // accumulator registers = B-operand registers
         hk::col_sum(ps, st);
         typename RO::cvec a;
 #pragma unroll
@@ -205,7 +204,7 @@ struct attention_fwd_cdna {
         softmax(t);
         hk::barrier();
         // M2: V fragments; this wave's loads of block t+1 complete
-        hk::load(rv, sV[s], 0, 0);
+        hkjit_attn::load_acc_order(rv, sV[s]);
         hk::wait_vm<0>();
         hk::sync_lds();
         // C2: O^T += V^T P^T

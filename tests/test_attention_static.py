@@ -49,7 +49,7 @@ def test_default_table_and_limits():
         c = F.configure(parse(arch), p, {})
         assert (c["waves"], c["block_q"], c["block_kv"], c["load_bytes"], c["mfma_k"], c["lds_bytes"]) == \
             (8, 256, 64, load, mk, 65536)
-        assert F.mfma_per_kv_block(c) == 64 * 32 * 128 // (256 * mk) + 128 * 32 * 64 // (256 * 16)
+        assert F.mfma_per_kv_block(c) == 2 * 64 * 32 * 128 // (256 * mk)
         assert F.launch_grid(c, p) == (32, 8, 1)
     assert F.configure(parse("gfx950"), dict(p, align=8), {})["load_bytes"] == 4
     assert F.configure(parse("gfx950"), dict(p, head_dim=64), {"block_kv": 128})["lds_bytes"] == 64 * 1024

@@ -2,10 +2,10 @@
 
 Configuration (HipKittens' forward: 8 waves x 32 query rows, KV blocks of 64, two LDS stages):
 
-| target | waves | query rows / block | block_kv | LDS (D128 / D64) | MFMA S^T / O^T     |
+| target | waves | query rows / block | block_kv | LDS (D128 / D64) | MFMA (S^T and O^T) |
 |--------|-------|--------------------|----------|------------------|--------------------|
-| gfx950 | 8     | 256                | 64       | 64 / 32 KiB      | 16x16x32 / 16x16x16 |
-| gfx942 | 8     | 256                | 64       | 64 / 32 KiB      | 16x16x16 / 16x16x16 |
+| gfx950 | 8     | 256                | 64       | 64 / 32 KiB      | 16x16x32           |
+| gfx942 | 8     | 256                | 64       | 64 / 32 KiB      | 16x16x16           |
 
 Overrides: `block_kv` (a multiple of 32), `waves` (4, or 8 for the ping-pong schedule). Rejected
 before anything compiles, naming the limit: LDS beyond the target's (2 stages x (K + V) tiles),
@@ -27,7 +27,7 @@ WAVE_ROWS = 32           # query rows per wave
 REG_BUDGET = 256         # VGPR per lane keeping 8-wave blocks at 2 waves per SIMD
 REG_OVERHEAD = 48        # addresses, softmax statistics, loop state (estimate)
 _MAX_LOAD = {"gfx942": 4, "gfx950": 16}
-_MFMA_K = {"gfx942": 16, "gfx950": 32}   # K of the S^T MFMA (16x16xK); O^T uses 16x16x16 on both
+_MFMA_K = {"gfx942": 16, "gfx950": 32}   # K of the 16x16xK MFMAs
 
 
 def _err(msg):
@@ -117,10 +117,10 @@ def workspace(cfg, p) -> tuple:
 
 
 def mfma_per_kv_block(cfg) -> int:
-    """MFMAs per wave per KV block by the tile arithmetic: S^T (block_kv x 32 x D) at 16x16xK and
-    O^T (D x 32 x block_kv) at 16x16x16."""
+    """MFMAs per wave per KV block by the tile arithmetic: S^T (block_kv x 32 x D) and O^T
+    (D x 32 x block_kv), both at 16x16xK (K = 32 on gfx950, 16 on gfx942)."""
     d, kv = cfg["head_dim"], cfg["block_kv"]
-    return kv * WAVE_ROWS * d // (256 * cfg["mfma_k"]) + d * WAVE_ROWS * kv // (256 * 16)
+    return 2 * kv * WAVE_ROWS * d // (256 * cfg["mfma_k"])
 
 
 _L = ctypes.c_longlong
