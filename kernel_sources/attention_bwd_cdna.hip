@@ -11,7 +11,7 @@
 //                            after the first kernel (it reads Delta).
 // Both keep their own rows in registers and compute transposed products (S^T in the first, dK^T and
 // dV^T in the second) so that every 16x16 fp32 accumulator is, register for register, the B
-// operand of the next 16x16x16 MFMA (see attention_fwd_cdna.hip). Scores are in base-2 units:
+// operand of the next MFMA, in the accumulators' K order (attention_cdna_common.hpp). Scores are in base-2 units:
 // the resident operand (Q in the first kernel, K in the second) is pre-scaled by c log2(e) and
 // LSE multiplied by log2(e). Schedule: two LDS stages; per block, issue the next block's
 // direct-to-LDS loads, compute, wait for this wave's loads, barrier.
@@ -62,7 +62,7 @@ struct attention_bwd_dq_cdna {
   static constexpr int WQ = 32, BQ = WAVES * WQ;
   using args = hkjit_attn::bwd_args;
   using S1 = hk::default_shape;
-  using S2 = hk::mfma_shape<16, 16>;
+  using S2 = hk::default_shape;   // second product in the accumulators' K order (acc_to_operand)
   using StK = hk::st<T, BKV, D, hk::arch_swz_k>;   // read as K (row_l) for S^T and as K^T (col_l) for dQ^T
   using StV = hk::st<T, BKV, D, hk::arch_swz_k>;
   static constexpr int lds_bytes = 2 * (StK::bytes + StV::bytes);
@@ -163,7 +163,6 @@ struct attention_bwd_dq_cdna {
           lim[j] = last - kv0 - S1::acc_row(0, l);
         }
         static_assert(S1::ACC == 4, "acc_row(v, l) = acc_row(0, l) + v");
-        RDS ds;
 #pragma unroll
         for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
@@ -171,11 +170,12 @@ struct attention_bwd_dq_cdna {
 #pragma unroll
             for (int v = 0; v < S1::ACC; ++v) {
               const float x = hkjit_attn::mask_by_sign(st.t[i][j][v], lim[j] - (i * 16 + v));
-              const float p = hk::fast_exp2(x - lse2[j]);
-              ds.t[j][i][v] = hk::from_float<T>(p * (dpt.t[i][j][v] - delta[j]));
+              st.t[i][j][v] = hk::fast_exp2(x - lse2[j]) * (dpt.t[i][j][v] - delta[j]);   // dS^T
             }
+        RDS ds;
+        hkjit_attn::acc_to_operand(ds, st);
         RKT rkt;
-        hk::load(rkt, sK[s], 0, 0);
+        hkjit_attn::load_acc_order(rkt, sK[s]);
         hk::mma_AtB(dqt, rkt, ds, dqt);
         hk::wait_vm<0>();
         hk::sync_lds();   // this block's reads done, the next block's loads landed, for every wave
@@ -194,7 +194,7 @@ struct attention_bwd_dkdv_cdna {
   static constexpr int WK = 32, BKV = WAVES * WK;
   using args = hkjit_attn::bwd_args;
   using S1 = hk::default_shape;
-  using S2 = hk::mfma_shape<16, 16>;
+  using S2 = hk::default_shape;   // second products in the accumulators' K order (acc_to_operand)
   using StQ = hk::st<T, BQ, D, hk::arch_swz_k>;    // Q and dO: read row_l (S, dP) and col_l (dK^T, dV^T)
   static constexpr int lds_bytes = 2 * 2 * StQ::bytes;
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
@@ -284,15 +284,17 @@ struct attention_bwd_dkdv_cdna {
 #pragma unroll
             for (int j = 0; j < RS::TC; ++j) {
               const float e = hk::fast_exp2(hkjit_attn::mask_by_sign(sc.t[i][j][v], lim - j * 16) - lse2);
-              p.t[j][i][v] = hk::from_float<T>(e);
-              ds.t[j][i][v] = hk::from_float<T>(e * (dp.t[i][j][v] - dl));
+              sc.t[i][j][v] = e;
+              dp.t[i][j][v] = e * (dp.t[i][j][v] - dl);   // dS
             }
           }
+        hkjit_attn::acc_to_operand(p, sc);
+        hkjit_attn::acc_to_operand(ds, dp);
         {
           RQT rt_;
-          hk::load(rt_, sD[s], 0, 0);
+          hkjit_attn::load_acc_order(rt_, sD[s]);
           hk::mma_AtB(dvt, rt_, p, dvt);
-          hk::load(rt_, sQ[s], 0, 0);
+          hkjit_attn::load_acc_order(rt_, sQ[s]);
           hk::mma_AtB(dkt, rt_, ds, dkt);
         }
         hk::wait_vm<0>();

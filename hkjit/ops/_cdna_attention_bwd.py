@@ -99,12 +99,10 @@ class Kernel:
         return 0, 0
 
     def mfma_per_step(self, cfg) -> int:
-        """MFMAs per wave per streamed block by the tile arithmetic: two products at 16x16xK (S and dP,
-        K = head_dim) and, at 16x16x16, one (dQ^T) for dq or two (dK^T, dV^T) for dkdv."""
-        k1 = 32 if cfg["target"] == "gfx950" else 16
-        first = 2 * cfg["block"] * ROWS * cfg["head_dim"] // (256 * k1)
-        second = cfg["head_dim"] * ROWS * cfg["block"] // (256 * 16)
-        return first + (1 if self.name == "dq" else 2) * second
+        """MFMAs per wave per streamed block by the tile arithmetic, all at 16x16xK (K = 32 on gfx950,
+        16 on gfx942): S and dP, then dQ^T (dq) or dK^T and dV^T (dkdv), each block x 32 x head_dim."""
+        one = cfg["block"] * ROWS * cfg["head_dim"] // (256 * (32 if cfg["target"] == "gfx950" else 16))
+        return (3 if self.name == "dq" else 4) * one
 
     def fill(self, cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads,
              kv_heads, n_q, n_k, scale, workspace=0, **strides) -> Args:
