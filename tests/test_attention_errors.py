@@ -105,3 +105,32 @@ def test_hopper_placeholder_or_module():
         pytest.skip("the Hopper forward module is present")
     with pytest.raises(TargetError, match="not built yet"):
         mod.ATTENTION.plan("sm_90a", batch=1, heads=2, kv_heads=1, n_q=8, n_k=8, head_dim=64)
+
+
+def test_backward_bad_inputs():
+    q, k, v = _a(1, 2, 8, 64), _a(1, 1, 8, 64), _a(1, 1, 8, 64)
+    o, lse = _a(1, 2, 8, 64), np.zeros((1, 2, 8), np.float32)
+    cases = [
+        ((_a(1, 2, 9, 64), q, k, v, o, lse), {}, "grad_out has shape"),
+        ((q, q, k, v, _a(1, 2, 8, 64, dtype=np.float16), lse), {}, "out has shape"),
+        ((q, q, k, v, o, np.zeros((1, 2, 9), np.float32)), {}, "lse has shape"),
+        ((q, q, k, v, o, lse), {"block_z": 64}, "unknown tile override"),
+        ((q, q, k, v, o, lse), {"block_q": 48}, "multiple of 32"),
+        ((q, q, k, v, o, lse), {"dk": _a(1, 2, 8, 64)}, "dk has shape"),
+        ((_a(1, 3, 8, 64), _a(1, 3, 8, 64), _a(1, 2, 8, 64), _a(1, 2, 8, 64), _a(1, 3, 8, 64),
+          np.zeros((1, 3, 8), np.float32)), {}, "multiple of the key"),
+    ]
+    for args, kw, words in cases:
+        with pytest.raises(InvalidArgumentError) as e:
+            hkjit.attention_backward(*args, device="sim:gfx950", **kw)
+        assert words in str(e.value), (words, str(e.value))
+    with pytest.raises(TypeError):
+        hkjit.attention_backward(q, q, k, v, o, device="sim:gfx950")   # lse is required
+
+
+def test_autograd_refuses_out():
+    torch = pytest.importorskip("torch")
+    q = torch.ones(1, 2, 8, 64, dtype=torch.float16, requires_grad=True)
+    k = torch.ones(1, 1, 8, 64, dtype=torch.float16)
+    with pytest.raises(InvalidArgumentError, match="require grad"):
+        hkjit.attention(q, k, k, out=torch.empty(1, 2, 8, 64, dtype=torch.float16), device="sim:gfx950")

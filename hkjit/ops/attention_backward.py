@@ -25,9 +25,9 @@ import functools
 import importlib
 import importlib.util
 
-from .. import launch, spec as spec_mod
+from .. import interop, launch, spec as spec_mod
 from ..dtypes import DTYPES
-from ..errors import DTypeError, InvalidArgumentError, TargetError
+from ..errors import DeviceError, InvalidArgumentError, TargetError
 from ..op import Binding, Op, Plan
 from . import _cdna_attention_bwd, register
 from .attention import ATTENTION, _alignment, _bhnd_strides, attention_forward, dense_strides, prepare_call, qkv_facts
@@ -139,6 +139,19 @@ DQ_OP = register(AttentionBackwardOp("dq", ("dq", "delta")))
 DKDV_OP = register(AttentionBackwardOp("dkdv", ("dk", "dv")))
 
 
+def _check_second(arrays, options, device, tiles):
+    """Everything the dK/dV launch would refuse, before the dQ kernel runs (nothing launched on bad
+    input): its arrays (delta stands in as lse, which has its shape), the device, its plan."""
+    described = {n: None if a is None else interop.describe(a) for n, a in arrays.items()}
+    try:
+        dev = launch.device_for(DKDV_OP.name, tuple(described.values()), device)
+    except DeviceError:
+        DKDV_OP.bind(described, dict(options), None)
+        raise
+    binding = DKDV_OP.bind(described, dict(options), dev)
+    DKDV_OP.plan(dev.target, **binding.request, **tiles)
+
+
 def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None, layout="bhnd", dq=None, dk=None,
                        dv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
                        device=None, compiler=None, **tile_overrides):
@@ -155,6 +168,7 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     pick = lambda op: {n: v for n, v in tile_overrides.items() if n in op.tile_keywords}  # noqa: E731
     arrays = dict(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse, delta=None, dq=dq, dk=None, dv=None,
                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    _check_second(dict(arrays, out=None, dq=None, delta=lse, dk=dk, dv=dv), options, device, pick(DKDV_OP))
     dq, delta = launch.call(DQ_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler, pick(DQ_OP))
     arrays.update(out=None, dq=None, delta=delta, dk=dk, dv=dv)
     dk, dv = launch.call(DKDV_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler,
