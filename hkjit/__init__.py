@@ -22,6 +22,10 @@ _EXPORTS = {
     "rms_norm": "ops.rms_norm",
     "attention": "ops.attention",
     "attention_backward": "ops.attention_backward",
+    "silu": "ops.activations", "gelu": "ops.activations", "gelu_tanh": "ops.activations",
+    "relu": "ops.activations", "tanh": "ops.activations",
+    "silu_and_mul": "ops.activations", "gelu_and_mul": "ops.activations",
+    "softmax": "ops.softmax",
 }
 
 __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",

@@ -6,12 +6,17 @@ An op joins by defining, on its Op object:
     bench_inputs(case, torch) -> (args, kwargs)  fresh random inputs on the GPU for hkjit's call
     bench_peers(torch) -> {name: fn}             the same function in torch (called as fn(*args, **kwargs))
     bench_bytes(case) -> int                     the fewest bytes the op must move (read + written)
-Every configuration is checked against the op's first peer computed in float32 before timing.
-Timings are medians of CUDA events (triton.testing.do_bench), hkjit and peers alternated over
-rounds; small problems rotate over several input sets so repeated runs do not time the L2 cache.
+    bench_tolerance(case) -> float               the relative error allowed against the reference
+Every configuration is checked against the op's first peer computed in float32 before timing; an op
+that returns a tuple (values and indices, a result and a residual sum) is compared part by part with
+a peer returning the same tuple, and the largest error counts. Kernel time is the median of CUDA
+events (triton.testing.do_bench), hkjit and peers alternated over rounds; small problems rotate over
+several input sets so repeated runs do not time the L2 cache. Host time is the wall time per call
+of a burst of calls issued without waiting for the GPU (what launch cost a small shape pays).
 """
 
 import statistics
+import time
 
 from .timing import median_ms as _bench
 
@@ -39,9 +44,32 @@ def same_size_copy(torch, nbytes) -> float:
     return 2 * src.numel() * src.element_size() / ms / 1e6
 
 
+HOST_CALLS = 200
+
+
 def _rel_err(got, ref) -> float:
+    if isinstance(got, (tuple, list)):
+        if not isinstance(ref, (tuple, list)) or len(ref) != len(got):
+            raise TypeError(f"the reference peer returns {type(ref).__name__}, not a {len(got)}-tuple like hkjit")
+        return max(_rel_err(g, r) for g, r in zip(got, ref))
+    if not got.is_floating_point():      # indices and other exact outputs: the fraction that differ
+        return (got != ref).float().mean().item()
     got, ref = got.float(), ref.float()
     return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def host_us(torch, fn, args, kwargs) -> float:
+    """Wall microseconds per call over a burst of calls issued back to back (no synchronisation
+    inside the burst; the queue of a few hundred launches does not fill at these sizes)."""
+    for _ in range(10):
+        fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn(*args, **kwargs)
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return elapsed / HOST_CALLS * 1e6
 
 
 def run(op, hkjit_fn, quick=False, log=print) -> list:
@@ -90,9 +118,12 @@ def run(op, hkjit_fn, quick=False, log=print) -> list:
         row["fraction_of_same_size_copy"] = row["hkjit_gbs"] / row["same_size_copy_gbs"]
         row["vs"] = {name: ms[name] / ms["hkjit"] for name in peers}
         row["hkjit_spread"] = max(times["hkjit"]) / min(times["hkjit"]) - 1
+        row["host_us"] = {"hkjit": host_us(torch, hkjit_fn, args, kwargs)} | {
+            name: host_us(torch, fn, args, kwargs) for name, fn in peers.items()}
         rows.append(row)
         log(f"  {op.name} {_label(case):28s} hkjit {row['hkjit_gbs']:6.0f} GB/s ({row['fraction_of_copy']:.0%} of copy, "
             f"{row['fraction_of_same_size_copy']:.0%} of a same-size copy, {row['hkjit_us']:.1f} us)  " + "  ".join(f"{n} {row[f'{n}_gbs']:6.0f} ({row['vs'][n]:.2f}x)" for n in peers)
+            + f"  host us/call {row['host_us']['hkjit']:.1f} (" + ", ".join(f"{n} {row['host_us'][n]:.1f}" for n in peers) + ")"
             + f"  err {err:.1e}" + ("" if row["correct"] else "  WRONG"))
         sets.clear()
         torch.cuda.empty_cache()
@@ -112,14 +143,17 @@ def markdown(op_name, rows) -> list:
            f"copy = a 1 GiB device-to-device copy measured in the same run ({rows[0]['copy_gbs']:.0f} GB/s); "
            "same-size copy = a copy moving the op's own bytes (what its size allows). "
            "Medians of CUDA-event timings, alternated over three rounds; each configuration checked "
-           "against torch in float32 first.", "",
+           "against torch in float32 first. Host µs = wall time per call of a burst of calls issued "
+           "without waiting for the GPU.", "",
            "| case | MiB moved | hkjit GB/s | % of copy | % of same-size copy | hkjit µs | "
-           + " | ".join(f"{p} GB/s | ×{p}" for p in peers) + " | rel. error |",
-           "|---|---|---|---|---|---|" + "---|---|" * len(peers) + "---|"]
+           + " | ".join(f"{p} GB/s | ×{p}" for p in peers) + " | host µs/call: hkjit / "
+           + " / ".join(peers) + " | rel. error |",
+           "|---|---|---|---|---|---|" + "---|---|" * len(peers) + "---|---|"]
     for r in rows:
         out.append(f"| {_label(r['case'])} | {r['bytes'] / 2**20:.1f} | {r['hkjit_gbs']:.0f} | "
                    f"{r['fraction_of_copy']:.0%} | {r['fraction_of_same_size_copy']:.0%} | {r['hkjit_us']:.1f} | "
                    + " | ".join(f"{r[f'{p}_gbs']:.0f} | {r['vs'][p]:.2f}" for p in peers)
+                   + " | " + " / ".join(f"{r['host_us'][n]:.1f}" for n in ["hkjit", *peers])
                    + f" | {r['rel_err']:.1e} |")
     return out
 

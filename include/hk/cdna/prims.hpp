@@ -3,6 +3,8 @@
 // common/rt_row.hpp) is built on. hopper/prims.hpp defines the same names for sm_90a.
 //   WARP_THREADS, thread_id/lane_id/warp_id, sync_threads   threads and the block barrier
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
+//   fast_rcp                                                (v_rcp_f32 / rcp.approx)
+//   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
 namespace hk {
@@ -18,6 +20,12 @@ HK_INLINE void sync_threads() { sync_lds(); }
 HK_INLINE float fast_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
 HK_INLINE float fast_log2(float x) { return __builtin_amdgcn_logf(x); }
 HK_INLINE float fast_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
+// x, unknown to the compiler from here on (an empty asm in a scalar register): keeps values
+// derived from x inside the loop iteration that computes them, e.g. per-element bounds tests that
+// would otherwise be hoisted out of a loop and kept live in scalar registers. x must be uniform.
+HK_INLINE int opaque(int x) { asm volatile("" : "+s"(x)); return x; }
+// v_rcp_f32: 1 ULP; rcp(inf) = 0, rcp(0) = inf.
+HK_INLINE float fast_rcp(float x) { return __builtin_amdgcn_rcpf(x); }
 HK_INLINE float neg_inf() { return -__builtin_inff(); }
 HK_INLINE float fmax_f(float a, float b) { return __builtin_fmaxf(a, b); }
 

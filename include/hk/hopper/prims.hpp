@@ -3,6 +3,8 @@
 // common/rt_row.hpp) is built on. cdna/prims.hpp defines the same names for gfx942/gfx950.
 //   WARP_THREADS, thread_id/lane_id/warp_id, sync_threads   threads and the block barrier
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
+//   fast_rcp                                                (v_rcp_f32 / rcp.approx)
+//   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
 #include "types.hpp"
@@ -19,6 +21,11 @@ HK_INLINE void sync_threads() { __syncthreads(); }
 HK_INLINE float fast_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 HK_INLINE float fast_log2(float x) { float y; asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 HK_INLINE float fast_rsqrt(float x) { float y; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+// x, unknown to the compiler from here on (an empty asm): keeps values derived from x inside the
+// loop iteration that computes them (see cdna/prims.hpp).
+HK_INLINE int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
+// rcp.approx.ftz: 1 ULP; rcp(inf) = 0, rcp(0) = inf.
+HK_INLINE float fast_rcp(float x) { float y; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 HK_INLINE float neg_inf() { return bits_to_float(0xFF800000u); }
 HK_INLINE float fmax_f(float a, float b) { float y; asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b)); return y; }
 

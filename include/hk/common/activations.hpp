@@ -1,0 +1,86 @@
+#pragma once
+// hk/common/activations.hpp: activation functions as types (a kernel takes one as a template
+// parameter), fp32 in, fp32 out, written once for every target on the fast primitives of
+// cdna/ or hopper/prims.hpp (exp2, reciprocal: one hardware instruction each).
+//
+//   act::silu        x * sigmoid(x)
+//   act::gelu        0.5 x (1 + erf(x / sqrt 2))           (torch's gelu, approximate="none")
+//   act::gelu_tanh   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (approximate="tanh")
+//   act::relu        max(x, 0); NaN stays NaN (as torch.relu)
+//   act::tanh        tanh(x)
+//
+// Accuracy (fp32, against float64): relative error a few 1e-7 near the fast primitives' own, except
+// where the true result is below the fp32 normal range (flushed to 0). The sigmoid forms use
+// 1 / (1 + 2^(-x log2 e)): 2^(...) overflows to inf for very negative x and the reciprocal gives 0,
+// so silu(-100) = -0, not NaN.
+#include "../hk.hpp"
+
+namespace hk::act {
+
+inline constexpr float LOG2E = 1.4426950408889634f;
+
+HK_INLINE float abs_f(float x) { return __builtin_bit_cast(float, __builtin_bit_cast(u32, x) & 0x7FFFFFFFu); }
+HK_INLINE float sigmoid(float x) { return fast_rcp(1.0f + fast_exp2(-LOG2E * x)); }
+
+struct silu {
+  HK_INLINE static float apply(float x) { return x * sigmoid(x); }
+};
+
+// erfc(a) for a >= 0 as t exp(-a^2 + P(t)), t = 1 / (1 + a / 2): the Chebyshev fit of Press et
+// al., Numerical Recipes, 2nd ed., section 6.2 (fractional error below 1.2e-7 for every a >= 0).
+// gelu uses erfc directly: for x < 0, 1 + erf(x) = erfc(-x) keeps its relative accuracy where
+// 1 + erf(x) would cancel; for x >= 0, 1 + erf(x) = 2 - erfc(x) lies in [1, 2].
+HK_INLINE float erfc_nonneg(float a) {
+  const float t = fast_rcp(1.0f + 0.5f * a);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  return t * fast_exp2(LOG2E * (p - a * a));
+}
+
+struct gelu {
+  HK_INLINE static float apply(float x) {
+    const float e = erfc_nonneg(abs_f(x) * 0.70710678118654752f);
+    return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
+  }
+};
+
+// 1 + tanh(u) = 2 sigmoid(2 u): x sigmoid(2 u), no cancellation at either end.
+struct gelu_tanh {
+  HK_INLINE static float apply(float x) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x * sigmoid(2.0f * u);
+  }
+};
+
+struct relu {
+  HK_INLINE static float apply(float x) { return x < 0.0f ? 0.0f : x; }
+};
+
+// |x| < 0.55: x + x^3 q(x^2), q a least-squares fit of (tanh(x) - x) / x^3 (relative error of tanh
+// below 7e-8 there); beyond: (1 - e) / (1 + e) with e = exp(-2|x|) >= 1/3 away from 1, signed
+// like x. tanh(+-inf) = +-1, NaN stays NaN.
+struct tanh {
+  HK_INLINE static float apply(float x) {
+    const float a = abs_f(x);
+    const float s = x * x;
+    float q = -0.0063564959f;
+    q = q * s + 0.0211272407f;
+    q = q * s - 0.0538650788f;
+    q = q * s + 0.133326992f;
+    q = q * s - 0.333333194f;
+    const float small = x + x * s * q;
+    const float e = fast_exp2(-2.0f * LOG2E * a);
+    const float big = (1.0f - e) * fast_rcp(1.0f + e);
+    return a < 0.55f ? small : (x < 0.0f ? -big : big);
+  }
+};
+
+}  // namespace hk::act
