@@ -158,3 +158,19 @@ def test_torch_cpu_tensors_and_default_outputs(rng):
     ro, _ = reference(q[0].numpy(), k[0].numpy(), v[0].numpy(), False, 1 / 8)
     err = np.abs(o[0].numpy().astype(np.float64) - ro)
     assert (err <= 2.0 ** -8 * np.abs(ro) + 0.02).all(), f"max error {err.max():.3g}, seed={rng.seed}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_varlen_empty_sequences(rng, arch):
+    """Zero-length query or key sequences: nothing written for empty query sequences, O = 0 and
+    LSE = -inf for queries whose key sequence is empty, the others exact."""
+    lq, lk = (3, 0, 40), (5, 7, 0)
+    cq, ck = np.cumsum((0,) + lq).astype(np.int32), np.cumsum((0,) + lk).astype(np.int32)
+    q, k, v = rng.array((cq[-1], 2, 64), "bfloat16"), rng.array((ck[-1], 1, 64), "bfloat16"), \
+        rng.array((ck[-1], 1, 64), "bfloat16")
+    out = np.full(q.shape, np.nan, ml_dtypes.bfloat16)
+    lse = np.full((2, cq[-1]), np.nan, np.float32)
+    hkjit.attention(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse, device=f"sim:{arch}")
+    ro, rl = reference(q[:3].transpose(1, 0, 2), k[:5].transpose(1, 0, 2), v[:5].transpose(1, 0, 2), True, 1 / 8)
+    _check(out[:3].transpose(1, 0, 2), lse[:, :3], ro, rl, f"sim:{arch} sequence 0 seed={rng.seed}")
+    assert (np.asarray(out[3:], np.float32) == 0).all() and np.isneginf(lse[:, 3:]).all()

@@ -112,6 +112,11 @@ class Kernel:
             if int(ptr) % lb or int(strides[f"{name}_strides"][2]) * 2 % lb:
                 _err(f"attention backward: {name}'s base pointer or row stride is not aligned to the {lb}-byte "
                      "loads this kernel was built for")
+        tiled = ("k", "v") if self.name == "dq" else ("q", "do")   # read by direct-to-LDS loads
+        for name in tiled:
+            if int(strides[f"{name}_strides"][2]) * 2 * cfg["block"] >= 2 ** 31:
+                _err(f"attention backward: {name}'s row stride {strides[f'{name}_strides'][2]} is too large for "
+                     "32-bit buffer offsets over a tile")
         for name in ("lse", "delta"):
             if int(strides[f"{name}_strides"][2]) != 1:
                 _err(f"attention backward: {name}'s rows must be contiguous (row stride 1, got "
