@@ -11,10 +11,11 @@
 // two LDS stages (direct-to-LDS loads: K and V tiles, BKV x D each). Each wave computes
 //   S^T = K Q^T                (BKV x 32, MFMA 16x16xK of the target, Q pre-scaled by scale*log2 e)
 //   P^T = exp2(S^T - m)        online softmax per query = per accumulator column (exp2)
-//   O^T = O^T * alpha + V^T P^T   (D x 32, MFMA 16x16x16)
+//   O^T = O^T * alpha + V^T P^T   (D x 32, the same MFMA)
 // S^T rather than S: an accumulator lane holds one query column, so the softmax statistics are
-// per lane column, and the fp32 accumulator of a 16x16 MFMA is, register for register, the B
-// operand of a 16x16x16 MFMA: P^T feeds the second product with no data movement.
+// per lane column, and the fp32 accumulators of 16x16 MFMAs are, register for register, the B
+// operand of the next MFMA in the accumulators' K order (V is read in that order:
+// attention_cdna_common.hpp): P^T feeds the second product with no data movement.
 //
 // Schedule per KV block t (stage s = t & 1), a barrier after each phase:
 //   M1: read K fragments (stage s); issue the loads of block t+1 into stage s^1

@@ -58,7 +58,7 @@ def configure(target, p: dict, tiles: dict) -> Config:
     if waves not in (4, 8):
         _err(f"{where}: waves={waves}; valid choices: 4, 8 (8 runs the ping-pong schedule)")
     if block_kv % 32:
-        _err(f"{where}: block_kv={block_kv}; it must be a multiple of 32 (two 16x16x16 K steps of P V), "
+        _err(f"{where}: block_kv={block_kv}; it must be a multiple of 32 (the K of the P V MFMA on gfx950), "
              "e.g. 32, 64, 128")
     align = p.get("align", 16)
     load_bytes = 16 if _MAX_LOAD[target.arch] >= 16 and align % 16 == 0 else 4
