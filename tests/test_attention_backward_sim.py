@@ -131,6 +131,19 @@ def test_backward_varlen(rng, arch):
             _check(t(g), r, f"sim:{arch} varlen sequence {i} {name} seed={rng.seed}")
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_backward_block_overrides(rng, arch):
+    """block_kv (the dQ kernel's KV block) and block_q (the dK/dV kernel's query block) overridden."""
+    q, do = (rng.standard_normal((1, 2, 70, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 90, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    dev = f"sim:{arch}"
+    o, lse = hkjit.attention(q, k, v, causal=True, return_lse=True, device=dev)
+    got = hkjit.attention_backward(do, q, k, v, o, lse, causal=True, device=dev, block_kv=32, block_q=64)
+    refs = reference_backward(q[0], k[0], v[0], do[0], True, 1 / 8)
+    for name, g, r in zip(("dq", "dk", "dv"), got, refs):
+        _check(g[0], r, f"sim:{arch} overrides {name} seed={rng.seed}")
+
+
 def test_torch_autograd_training_step(rng):
     """hkjit.attention inside a torch loss: .backward() fills q/k/v.grad through attention_backward."""
     torch = pytest.importorskip("torch")
