@@ -73,20 +73,20 @@ class AttentionBackwardOp(Op):
         layout, varlen, dtype = f["layout"], f["varlen"], f["dtype"]
         stats_shape = (f["heads"], f["total_q"]) if varlen else (f["batch"], f["heads"], f["n_q"])
         strides = {"q_strides": f["q_strides"], "k_strides": f["k_strides"], "v_strides": f["v_strides"]}
-        wants = {"grad_out": "q", "out": "q", "dq": "q", "dk": "k", "dv": "v"}
-        for name, like in wants.items():
+        # array -> (the array whose shape it has, its name among fill's keywords)
+        shaped_like = {"grad_out": ("q", "do"), "out": ("q", "o"), "dq": ("q", "dq"), "dk": ("k", "dk"),
+                       "dv": ("v", "dv")}
+        for name, (like, key) in shaped_like.items():
             arr = a[name]
             if arr is None:
-                need = name in ("grad_out", "lse") or (name == "out" and self.kernel == "dq")
-                if need:
+                if name == "grad_out" or (name == "out" and self.kernel == "dq"):
                     raise InvalidArgumentError(f"attention backward: {name} is required")
-                strides[f"{name.replace('grad_out', 'do').replace('out', 'o')}_strides"] = \
+                strides[f"{key}_strides"] = \
                     dense_strides(a[like].shape, layout, varlen) if name in self.output_names else (0, 0, 0)
                 continue
             if arr.shape != a[like].shape or arr.dtype.name != dtype:
                 raise InvalidArgumentError(f"attention backward: {name} has shape {arr.shape} dtype {arr.dtype.name}; "
                                            f"it must have {like}'s, {a[like].shape} {dtype}")
-            key = {"grad_out": "do", "out": "o"}.get(name, name)
             strides[f"{key}_strides"] = _bhnd_strides(name, arr, layout, varlen)[1]
         for name in ("lse", "delta"):
             arr = a[name]
