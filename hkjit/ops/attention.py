@@ -26,6 +26,19 @@ every `*_strides` is (batch, head, row) in elements, the head dim contiguous; ls
 varlen: batch strides 0, rows index the packed rows, cu_seqlens_* int32 device pointers (0 when
 not varlen), n_q / n_k the maximum lengths; scale the softmax scale (kernels use exp2 with
 scale · log2(e) folded into Q).
+
+Backward (`hkjit.attention_backward`, hkjit/ops/attention_backward.py): a per-arch backward module
+offers, for each of its kernels, the GEMM's per-arch interface (`TILES`, `SOURCE`, `configure`,
+`template_params`, `kernel_type`, `threads`, `dynamic_smem`, `checks`, `launch_grid`, `workspace`,
+`Args`, `fill`) and names the kernels `DQ` and `DKDV` (objects or modules). `fill(cfg, *, q, k, v,
+o, d_o, lse, delta, dq, dk, dv, q_strides, k_strides, v_strides, o_strides, do_strides,
+lse_strides, delta_strides, dq_strides, dk_strides, dv_strides, cu_seqlens_q, cu_seqlens_k, batch,
+heads, kv_heads, n_q, n_k, scale, workspace)`: the forward's keywords plus d_o (the output
+gradient, q's layout), o (the forward output), delta (float32, LSE's shape and strides), dq / dk /
+dv (q's / k's / v's layouts) and their strides, each (batch, head, row) in elements; `do` is `d_o`
+because `do` is a Python keyword. The DQ kernel writes delta and dq (dk, dv are 0); the DKDV kernel
+reads delta and writes dk and dv (o and dq are 0); lse and delta rows are contiguous. Module:
+`_cdna_attention_bwd` (gfx942, gfx950); sm_90a: `_hopper_attention_bwd` when it exists.
 """
 
 import functools

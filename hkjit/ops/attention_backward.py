@@ -7,18 +7,7 @@ Two kernels, two registered ops (launched in this order by `attention_backward`)
                       same bits)
 Both take the forward's parameters (`p` of hkjit/ops/attention.py) and the same layouts.
 
-## The backward modules' contract (per-arch, like the forward's)
-A per-arch backward module offers, for each of its kernels, the GEMM's per-arch interface
-(`TILES`, `SOURCE`, `configure`, `template_params`, `kernel_type`, `threads`, `dynamic_smem`,
-`checks`, `launch_grid`, `workspace`, `Args`, `fill`) and names the kernels `DQ` and `DKDV`
-(objects or modules). `fill(cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, q_strides, k_strides,
-v_strides, o_strides, do_strides, lse_strides, delta_strides, dq_strides, dk_strides, dv_strides,
-cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace)`: the forward's
-keywords plus d_o (the output gradient, q's layout), o (the forward output), delta (float32, LSE's
-shape and strides), dq / dk / dv (q's / k's / v's layouts) and their strides, each (batch, head,
-row) in elements. The DQ kernel writes delta and dq (dk, dv are 0); the DKDV kernel reads delta
-and writes dk and dv (o and dq are 0). Module: `_cdna_attention_bwd` (gfx942, gfx950); sm_90a:
-`_hopper_attention_bwd` when it exists.
+The backward modules' contract is in hkjit/ops/attention.py's docstring (beside the forward's).
 """
 
 import functools
