@@ -66,6 +66,14 @@ def forward_module(target):
     return importlib.import_module(_HOPPER_FWD)
 
 
+@functools.lru_cache(maxsize=None)
+def arch_tiles(modules: tuple, optional: str) -> tuple:
+    """Tile keywords of `modules` and of the module named `optional` if it exists."""
+    if importlib.util.find_spec(optional) is not None:
+        modules += (importlib.import_module(optional),)
+    return tuple(dict.fromkeys(t for m in modules for t in m.TILES))
+
+
 def _alignment(ptr: int, row_stride: int) -> int:
     x = ptr | (row_stride * 2)
     return 16 if x == 0 else min(16, x & -x)
@@ -176,7 +184,11 @@ class AttentionOp(Op):
     )
     shape_params = ("batch", "heads", "kv_heads", "n_q", "n_k", "head_dim")
     default_shape = {"batch": 16, "heads": 64, "kv_heads": 8, "n_q": 8192, "n_k": 8192, "head_dim": 128}
-    tile_keywords = tuple(dict.fromkeys(_cdna_attention_fwd.TILES))
+
+    @property
+    def tile_keywords(self) -> tuple:
+        """The union over the per-arch modules present (each rejects what it lacks)."""
+        return arch_tiles((_cdna_attention_fwd,), _HOPPER_FWD)
     array_names = ("q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k")
     output_names = ("out", "lse")
     scalar_names = ("scale",)

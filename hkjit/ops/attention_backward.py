@@ -42,7 +42,14 @@ class AttentionBackwardOp(Op):
 
     def __init__(self, kernel: str, outputs: tuple):
         self.kernel, self.name, self.output_names = kernel, f"attention_bwd_{kernel}", outputs
-        self.tile_keywords = getattr(_cdna_attention_bwd, kernel.upper()).TILES
+
+    @property
+    def tile_keywords(self) -> tuple:
+        """The union over the per-arch kernels present (each rejects what it lacks)."""
+        kernels = (getattr(_cdna_attention_bwd, self.kernel.upper()),)
+        if importlib.util.find_spec(_HOPPER_BWD) is not None:
+            kernels += (getattr(importlib.import_module(_HOPPER_BWD), self.kernel.upper()),)
+        return tuple(dict.fromkeys(t for k in kernels for t in k.TILES))
 
     def plan_for(self, target, p, tiles) -> Plan:
         if p["heads"] % p["kv_heads"]:
