@@ -67,8 +67,11 @@ struct attention_bwd_dq_cdna {
   using StV = hk::st<T, BKV, D, hk::arch_swz_k>;
   static constexpr int lds_bytes = 2 * (StK::bytes + StV::bytes);
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
-  using RQ = hk::rt<T, WQ, D, hk::row_l, S1>;
-  using RK = hk::rt<T, BKV, D, hk::row_l, S1>;
+  // Q, dO and the K, V fragments in KH parts of D: at D128 one K (V) fragment read of half the
+  // head dim at a time keeps 32 VGPRs of it live instead of 64.
+  static constexpr int KH = D == 128 ? 2 : 1, DH = D / KH;
+  using RQ = hk::rt<T, WQ, DH, hk::row_l, S1>;
+  using RK = hk::rt<T, BKV, DH, hk::row_l, S1>;
   using RS = hk::rt<float, BKV, WQ, hk::acc_l, S1>;   // S^T, dP^T (keys x queries)
   using RDS = hk::rt<T, BKV, WQ, hk::col_l, S2>;      // dS^T as the B operand
   using RKT = hk::rt<T, BKV, D, hk::col_l, S2>;       // K read transposed: A^T of dQ^T
@@ -99,17 +102,23 @@ struct attention_bwd_dq_cdna {
 
     // Delta = rowsum(dO o O) for this wave's queries 16 s + l % 16 (lanes sharing l % 16 hold
     // the rest of the row), written for the dkdv kernel.
-    RQ rq, rdo;
-    hkjit_attn::load_rows<LOAD_BYTES>(rdo, dO, g.do_sr, qw, Lq);
-    hkjit_attn::load_rows<LOAD_BYTES>(rq, O, g.o_sr, qw, Lq);
+    RQ rq[KH], rdo[KH];
+#pragma unroll
+    for (int h = 0; h < KH; ++h) {
+      hkjit_attn::load_rows<LOAD_BYTES>(rdo[h], dO + h * DH, g.do_sr, qw, Lq);
+      hkjit_attn::load_rows<LOAD_BYTES>(rq[h], O + h * DH, g.o_sr, qw, Lq);
+    }
     float delta[QS], lse2[QS];
 #pragma unroll
     for (int s = 0; s < QS; ++s) {
       float acc = 0.0f;
 #pragma unroll
-      for (int k = 0; k < RQ::TK; ++k)
+      for (int h = 0; h < KH; ++h)
 #pragma unroll
-        for (int e = 0; e < S1::E; ++e) acc += hk::to_float(rdo.t[s][k][e]) * hk::to_float(rq.t[s][k][e]);
+        for (int k = 0; k < RQ::TK; ++k)
+#pragma unroll
+          for (int e = 0; e < S1::E; ++e)
+            acc += hk::to_float(rdo[h].t[s][k][e]) * hk::to_float(rq[h].t[s][k][e]);
       acc += hk::shfl_xor(acc, 16);
       delta[s] = acc + hk::shfl_xor(acc, 32);
       const int qi = qw + s * 16 + l % 16;
@@ -120,8 +129,11 @@ struct attention_bwd_dq_cdna {
       }
       lse2[s] = x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;   // a row with no key is all masked
     }
-    hkjit_attn::load_rows<LOAD_BYTES>(rq, Q, g.q_sr, qw, Lq);
-    hk::mul(rq, rq, g.scale_log2);
+#pragma unroll
+    for (int h = 0; h < KH; ++h) {
+      hkjit_attn::load_rows<LOAD_BYTES>(rq[h], Q + h * DH, g.q_sr, qw, Lq);
+      hk::mul(rq[h], rq[h], g.scale_log2);
+    }
 
     const int shift = Lk - Lq;
     int keys = Lk;
@@ -147,14 +159,19 @@ struct attention_bwd_dq_cdna {
         const int s = t & 1, kv0 = t * BKV;
         if (t + 1 < nkb) issue(t + 1, s ^ 1);
         RS st, dpt;
-        {
+        hk::zero(st);
+        hk::zero(dpt);
+#pragma unroll
+        for (int h = 0; h < KH; ++h) {
           RK rk;
-          hk::load(rk, sK[s], 0, 0);
-          hk::zero(st);
-          hk::mma_ABt(st, rk, rq, st);
-          hk::load(rk, sV[s], 0, 0);
-          hk::zero(dpt);
-          hk::mma_ABt(dpt, rk, rdo, dpt);
+          hk::load(rk, sK[s], 0, h * DH);
+          hk::mma_ABt(st, rk, rq[h], st);
+        }
+#pragma unroll
+        for (int h = 0; h < KH; ++h) {
+          RK rk;
+          hk::load(rk, sV[s], 0, h * DH);
+          hk::mma_ABt(dpt, rk, rdo[h], dpt);
         }
         int lim[QS];
 #pragma unroll
