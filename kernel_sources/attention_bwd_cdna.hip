@@ -125,7 +125,11 @@ struct attention_bwd_dq_cdna {
       float x = 0.0f;
       if (qi < Lq) {
         x = g.lse[(long long)b * g.lse_sb + (long long)h * g.lse_sh + (long long)(q_off + qi) * g.lse_sr];
-        if (l < 16) g.delta[(long long)b * g.delta_sb + (long long)h * g.delta_sh + (long long)(q_off + qi) * g.delta_sr] = delta[s];
+        if (l < 16) {
+          const long long at =
+              (long long)b * g.delta_sb + (long long)h * g.delta_sh + (long long)(q_off + qi) * g.delta_sr;
+          g.delta[at] = delta[s];
+        }
       }
       lse2[s] = x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;   // a row with no key is all masked
     }

@@ -2,10 +2,10 @@
 
 Two kernels, each with the per-arch interface of hkjit/ops/gemm.py as an object (`DQ`, `DKDV`):
 
-| kernel | workgroup | streams through LDS | LDS (D128) | overrides |
-|--------|-----------|---------------------|------------|-----------|
-| dq     | 4 waves x 32 queries of one head (also writes Delta) | KV blocks of `block_kv` (64) keys | 64 KiB | block_kv |
-| dkdv   | 4 waves x 32 keys of one KV head | query blocks of `block_q` (32) of every query head of the group | 32 KiB | block_q |
+- dq: 4 waves x 32 queries of one head (also writes Delta); streams KV blocks of `block_kv` (64)
+  keys through LDS (64 KiB at D128).
+- dkdv: 4 waves x 32 keys of one KV head; streams query blocks of `block_q` (32) of every query
+  head of the group through LDS (32 KiB at D128).
 
 Deterministic: no atomics; the GQA sum over query heads runs inside one workgroup, in order.
 """
