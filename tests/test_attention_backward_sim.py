@@ -31,6 +31,7 @@ CASES = [
     (128, True, 200, 37, 1, 2, 1, "bhnd", "bfloat16"),     # 163 queries see no key
     (128, False, 37, 200, 1, 2, 1, "bhnd", "bfloat16"),
     (64, False, 65, 70, 2, 2, 2, "bnhd", "float16"),
+    (64, True, 50, 70, 1, 4, 2, "bhnd", "bfloat16"),       # dK, dV of each KV head: its own 2 heads
 ]
 VARLEN = (64, True, (1, 70, 130), (5, 70, 100))
 

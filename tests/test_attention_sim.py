@@ -36,6 +36,7 @@ CASES = [
     (128, True, 300, 200, 1, 2, 1, "bhnd", "bfloat16"),
     (64, False, 65, 70, 2, 2, 2, "bnhd", "float16"),       # MHA, batch 2, (B, N, H, D) read by strides
     (128, True, 1, 300, 1, 2, 1, "bnhd", "bfloat16"),      # one query sees every key
+    (64, True, 100, 130, 1, 4, 2, "bnhd", "bfloat16"),     # GQA groups of 2 over 2 KV heads
 ]
 VARLEN = [  # (head_dim, causal, query lengths, key lengths)
     (64, True, (1, 70, 300), (5, 70, 260)),
