@@ -22,6 +22,8 @@ _EXPORTS = {
     "rms_norm": "ops.rms_norm",
     "attention": "ops.attention",
     "attention_backward": "ops.attention_backward",
+    "add_rms_norm": "ops.norms", "layer_norm": "ops.norms", "dropout_add_layer_norm": "ops.norms",
+    "rope": "ops.rope", "rope_qk": "ops.rope",
     "silu": "ops.activations", "gelu": "ops.activations", "gelu_tanh": "ops.activations",
     "relu": "ops.activations", "tanh": "ops.activations",
     "silu_and_mul": "ops.activations", "gelu_and_mul": "ops.activations",

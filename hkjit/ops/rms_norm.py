@@ -53,18 +53,20 @@ def _pow2_at_least(n):
     return p
 
 
-def configure(target, p, tiles) -> Config:
-    """The schedule for `p` (validated params) on `target`, with validated overrides."""
-    check_tiles(f"rms_norm ({target.arch})", tiles, TILES)
+def configure(target, p, tiles, op="rms_norm", fp32_rows=False) -> Config:
+    """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
+    fused norms' (hkjit/ops/norms.py: `op` names them in errors; `fp32_rows`: they keep the row in
+    registers as fp32, so it is capped like an fp32 row)."""
+    check_tiles(f"{op} ({target.arch})", tiles, TILES)
     for name, v in tiles.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidArgumentError(f"rms_norm: {name}={v!r}; tile overrides are ints >= 1")
+            raise InvalidArgumentError(f"{op}: {name}={v!r}; tile overrides are ints >= 1")
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
     max_vec = max(1, min(16, p["align"]) // itemsize)
     vec = tiles.get("vec", max_vec)
     if vec not in (1, 2, 4, 8) or vec > max_vec:
-        raise InvalidArgumentError(f"rms_norm: vec={vec}; valid: powers of two up to {max_vec} for {p['dtype']} "
+        raise InvalidArgumentError(f"{op}: vec={vec}; valid: powers of two up to {max_vec} for {p['dtype']} "
                                    f"arrays aligned to {p['align']} bytes")
     chunks_needed = _cdiv(p["hidden"], vec)
     # Short rows (a row group narrower than a warp) do best with 2 pieces a thread and 256-thread
@@ -73,21 +75,21 @@ def configure(target, p, tiles) -> Config:
     per_thread = 2 if short else CHUNKS_TARGET
     row_threads = tiles.get("row_threads", min(1024, _pow2_at_least(_cdiv(chunks_needed, per_thread))))
     if row_threads > warp and row_threads % warp:
-        raise InvalidArgumentError(f"rms_norm: row_threads={row_threads}; a power of two up to {warp} or a "
+        raise InvalidArgumentError(f"{op}: row_threads={row_threads}; a power of two up to {warp} or a "
                                    f"multiple of the {warp}-thread warp/wave")
     if row_threads <= warp and row_threads & (row_threads - 1):
-        raise InvalidArgumentError(f"rms_norm: row_threads={row_threads} must be a power of two when <= {warp}")
-    max_elems = MAX_ELEMS // 2 if itemsize == 4 and target.is_nvidia else MAX_ELEMS
+        raise InvalidArgumentError(f"{op}: row_threads={row_threads} must be a power of two when <= {warp}")
+    max_elems = MAX_ELEMS // 2 if (itemsize == 4 and target.is_nvidia) or fp32_rows else MAX_ELEMS
     default_chunks = min(_cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
     chunks = tiles.get("chunks", default_chunks)
     rows = tiles.get("group_rows", 1)
     threads = tiles.get("threads", 256 if row_threads < warp else max(128, row_threads))
     if threads % 64 or threads > target.max_threads or threads % row_threads:
-        raise InvalidArgumentError(f"rms_norm: threads={threads}; a multiple of 64 (whole AMD waves, whole "
+        raise InvalidArgumentError(f"{op}: threads={threads}; a multiple of 64 (whole AMD waves, whole "
                                    f"NVIDIA warps), at most {target.max_threads}, a multiple of "
                                    f"row_threads={row_threads}")
     if vec * chunks * rows > 4 * MAX_ELEMS:
-        raise InvalidArgumentError(f"rms_norm: vec*chunks*group_rows = {vec * chunks * rows} elements per thread; at "
+        raise InvalidArgumentError(f"{op}: vec*chunks*group_rows = {vec * chunks * rows} elements per thread; at "
                                    f"most {4 * MAX_ELEMS} (registers)")
     rows_per_block = threads // row_threads * rows
     row_blocks = _cdiv(p["rows"], rows_per_block)

@@ -1,0 +1,184 @@
+// norm.cuh: the fused norms — add + RMSNorm, LayerNorm, dropout + add + LayerNorm — one source for
+// gfx942, gfx950 and sm_90a (plain RMSNorm is rms_norm.cuh).
+//
+//   s = x                                   (RESIDUAL false)
+//   s = round_T(x + residual)               (RESIDUAL, DROPOUT false; s written to residual_out)
+//   s = round_T(keep ? x / (1 - p) : 0) + residual, rounded   (DROPOUT; keep from (seed, index))
+//   RMS:   y = s * rsqrt(mean(s^2) + eps) [* weight]
+//   LAYER: y = (s - mean(s)) * rsqrt(var(s) + eps) [* weight] [+ bias]     (biased variance)
+//
+// The statistics are fp32: in registers the mean first, then the sum of squared deviations (no
+// cancellation for rows with a large mean); a row longer than a tile's COLS is taken in column
+// blocks whose (count, mean, squared deviations) are combined exactly (Chan et al.), then read a
+// second time (s from residual_out when RESIDUAL: what this thread itself wrote).
+//
+// Dropout mask: element (r, c) of the logical rows x cols array is kept iff
+// hash(seed, r * cols + c) / 2^32 >= p, hash = two rounds of MurmurHash3's 32-bit finaliser over
+// the index's halves and the seed's (see keep() below): the mask depends on the seed and the index
+// only, not on the schedule, the target or the strides.
+//
+// Template parameters: T (hk::bf16, hk::half, float: x, residual, weight, bias, outputs), LAYER
+// (false: RMS), RESIDUAL, DROPOUT (needs RESIDUAL), WEIGHT, BIAS (LAYER only), then the row-tile
+// schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS (same meaning and limits).
+//
+// args, in this order (C layout offsets in the ctypes mirror, hkjit/ops/norms.py):
+//   const T* x; const T* residual; const T* weight; const T* bias; T* y; T* residual_out;
+//   long long x_stride, r_stride, y_stride, ro_stride;   row strides in elements
+//   unsigned long long seed; int rows, cols; float eps, p, keep_scale
+//
+// threads = THREADS, dynamic_smem = 0; grid as rms_norm.cuh (block b takes row blocks b, b + grid.x..).
+#pragma once
+#include "hk/hk.hpp"
+
+template <class T, bool LAYER, bool RESIDUAL, bool DROPOUT, bool WEIGHT, bool BIAS, int VEC, int THREADS,
+          int ROW_THREADS, int ROWS, int CHUNKS>
+struct fused_norm {
+  static constexpr int threads = THREADS;
+  static constexpr int dynamic_smem = 0;
+  struct args {
+    const T* x;
+    const T* residual;
+    const T* weight;
+    const T* bias;
+    T* y;
+    T* residual_out;
+    long long x_stride, r_stride, y_stride, ro_stride;
+    unsigned long long seed;
+    int rows, cols;
+    float eps, p, keep_scale;
+  };
+  static_assert(!DROPOUT || RESIDUAL, "dropout is fused with the residual add");
+  static_assert(!BIAS || LAYER, "a bias belongs to LayerNorm");
+  static_assert(THREADS % 64 == 0 && THREADS <= 1024 && THREADS % ROW_THREADS == 0, "THREADS");
+
+  using tile = hk::rt_row<T, ROWS, ROW_THREADS * VEC * CHUNKS, VEC, ROW_THREADS>;
+  using ftile = typename tile::template retype<float>;
+  using rvec = hk::row_vec<ftile>;
+  static constexpr int COLS = tile::cols;
+  static constexpr int SLICE = ROW_THREADS * VEC;
+  using slice = hk::rt_row<T, ROWS, SLICE, VEC, ROW_THREADS>;
+  using fslice = typename slice::template retype<float>;
+  using wslice = hk::rt_row<T, 1, SLICE, VEC, ROW_THREADS>;
+  static constexpr int ROWS_PER_BLOCK = THREADS / ROW_THREADS * ROWS;
+
+  HK_INLINE static hk::u32 fmix(hk::u32 h) {
+    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    return h;
+  }
+  HK_INLINE static bool keep(const args& a, long long index) {
+    const hk::u64 i = (hk::u64)index;
+    const hk::u32 h = fmix(fmix((hk::u32)i ^ (hk::u32)a.seed) ^ ((hk::u32)(i >> 32) * 0x9E3779B9u) ^ (hk::u32)(a.seed >> 32));
+    return (float)(h >> 8) * (1.0f / 16777216.0f) >= a.p;
+  }
+
+  // s for one column block: x (+ dropout) (+ residual), rounded to T, as fp32; stored to
+  // residual_out when RESIDUAL.
+  HK_INLINE static void sum_block(ftile& s, const args& a, int r0, int c0) {
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.cols, a.x_stride, 1);
+    tile x;
+    hk::load(x, gx, r0, c0);
+    hk::convert(s, x);
+    if constexpr (RESIDUAL) {
+      const auto gr = hk::make_gl(const_cast<T*>(a.residual), a.rows, a.cols, a.r_stride, 1);
+      const auto gro = hk::make_gl(a.residual_out, a.rows, a.cols, a.ro_stride, 1);
+      tile res;
+      hk::load(res, gr, r0, c0);
+      ftile rf;
+      hk::convert(rf, res);
+      if constexpr (DROPOUT) {
+#pragma unroll
+        for (int i = 0; i < ftile::n_elems; ++i) {
+          const int row = r0 + ftile::row_slot(i), col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
+          const float d = keep(a, (long long)row * a.cols + col) ? s.get(i) * a.keep_scale : 0.0f;
+          s.set(i, hk::to_float(hk::from_float<T>(d)));
+        }
+      }
+      hk::add(s, s, rf);
+      tile st;
+      hk::convert(st, s);                       // the sum as stored: what is normalised
+      hk::convert(s, st);
+      hk::store(gro, st, r0, c0);
+    }
+  }
+
+  __device__ static void run(const args& a) {
+    const auto gy = hk::make_gl(a.y, a.rows, a.cols, a.y_stride, 1);
+    const auto gw = hk::make_gl(const_cast<T*>(a.weight), 1, a.cols, a.cols, 1);
+    const auto gb = hk::make_gl(const_cast<T*>(a.bias), 1, a.cols, a.cols, 1);
+    const auto gro = hk::make_gl(a.residual_out, a.rows, a.cols, a.ro_stride, 1);
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.cols, a.x_stride, 1);
+    const int row_blocks = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    const bool one_block = a.cols <= COLS;
+    for (int b = hk::block_x(); b < row_blocks; b += hk::grid_x()) {
+      const int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+      ftile s;
+      rvec mean, m2, part;                      // running count n, mean, squared deviations
+      hk::zero(mean);
+      hk::zero(m2);
+      float n = 0.0f;
+      for (int c0 = hk::opaque(0); c0 < a.cols; c0 += COLS) {
+        sum_block(s, a, r0, c0);
+        const float nb = (float)(a.cols - c0 < COLS ? a.cols - c0 : COLS);
+        if constexpr (LAYER) {
+          rvec bmean;
+          hk::row_sum(bmean, s);
+          hk::mul(bmean, bmean, 1.0f / nb);
+          ftile dev;                             // squared deviations; none from the padding columns
+          hk::sub_row(dev, s, bmean);
+#pragma unroll
+          for (int i = 0; i < ftile::n_elems; ++i) {
+            const int col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
+            dev.set(i, col < a.cols ? dev.get(i) * dev.get(i) : 0.0f);
+          }
+          hk::row_sum(part, dev);
+#pragma unroll
+          for (int i = 0; i < rvec::n_elems; ++i) {
+            const float bm = bmean.get(i), bm2 = part.get(i);
+            const float delta = bm - mean.get(i), tot = n + nb;
+            m2.set(i, m2.get(i) + bm2 + delta * delta * n * nb / tot);
+            mean.set(i, mean.get(i) + delta * nb / tot);
+          }
+        } else {
+          ftile sq;
+          hk::mul(sq, s, s);
+          hk::row_sum(part, sq);
+          hk::add(m2, m2, part);                  // RMS: the sum of squares
+        }
+        n += nb;
+      }
+      rvec rstd;
+      hk::mul(rstd, m2, 1.0f / n);
+      hk::add(rstd, rstd, a.eps);
+      hk::rsqrt(rstd, rstd);
+      for (int c0 = hk::opaque(0); c0 < a.cols; c0 += COLS) {
+        if (!one_block) {                        // s again: the stored sum, or x
+          tile x;
+          hk::load(x, RESIDUAL ? gro : gx, r0, c0);
+          hk::convert(s, x);
+        }
+        if constexpr (LAYER) hk::sub_row(s, s, mean);
+        hk::mul_row(s, s, rstd);
+#pragma unroll
+        for (int k = 0; k < CHUNKS; ++k) {       // out in one-chunk slices: weight and bias a slice at a time
+          fslice f;
+          hk::convert(f, hk::subtile_cols<SLICE>(s, k));
+          if constexpr (WEIGHT) {
+            wslice w;
+            hk::load(w, gw, 0, c0 + k * SLICE);
+            hk::col_vec<slice> wf;
+            hk::convert(wf, w);
+            hk::mul_col(f, f, wf);
+          }
+          if constexpr (BIAS) {
+            wslice bb;
+            hk::load(bb, gb, 0, c0 + k * SLICE);
+            hk::col_vec<slice> bf;
+            hk::convert(bf, bb);
+            hk::add_col(f, f, bf);
+          }
+          hk::store(gy, f, r0, c0 + k * SLICE);
+        }
+      }
+    }
+  }
+};
