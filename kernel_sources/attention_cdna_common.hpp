@@ -36,7 +36,9 @@ HK_INLINE void load_rows(hk::rt<T, R, C, hk::row_l, S>& dst, const T* p, long lo
 }
 
 // score = min(score, +inf) keeps it, min(score, -inf) masks it: the sign of `keep` (>= 0 keeps).
-// Arithmetic, not a compare: per-element compares keep their lane masks in SGPR pairs.
+// Arithmetic, not a compare: per-element compares keep their lane masks in SGPR pairs. Not the
+// bit-select (sign & -inf) | (~sign & score) either: in one context clang-22 turned that into
+// selects reading the wrong accumulator register (docs/notes/attention.md).
 HK_INLINE float mask_by_sign(float score, int keep) {
   const hk::u32 bound = 0x7F800000u | ((hk::u32)keep & 0x80000000u);
   return __builtin_fminf(score, __builtin_bit_cast(float, bound));
