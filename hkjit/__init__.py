@@ -28,6 +28,7 @@ _EXPORTS = {
     "relu": "ops.activations", "tanh": "ops.activations",
     "silu_and_mul": "ops.activations", "gelu_and_mul": "ops.activations",
     "softmax": "ops.softmax",
+    "topk": "ops.topk",
 }
 
 __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",

@@ -1,0 +1,460 @@
+// topk.cuh: the k largest elements of each row and their indices, sorted; one source for gfx942,
+// gfx950 and sm_90a.
+//
+//   values[r][0..k) = the k largest x[r][c], descending; indices[r][i] = their columns (int64)
+//
+// Order: the order-preserving key of hk/common/select.hpp, so NaN ranks above +inf (every NaN
+// equal) and -0 just below +0, as torch.topk on CUDA; among equal keys the lower column ranks
+// first. Each row's k survivors are found by a radix select on the composite key (key, ~column),
+// which is unique per element, so exactly k elements pass and ties need no second rule:
+//   - for every bit of the key from the top: does count(key >= threshold | bit) reach k? keep
+//     the bit if so (each count is this thread's elements, then a sum over the row group);
+//   - when more than k elements share the final key (ties at the boundary), the same search over
+//     the bits of ~column keeps the lowest columns;
+//   - the survivors (key, column) go to shared memory; each one's output position is the number
+//     of survivors ranked above it (k <= 128: at most 128 comparisons each).
+//
+// Template parameters, in order:
+//   T            hk::bf16, hk::half or float: the type of x and values.
+//   VEC          elements per vector load: 1, 2, 4 or 8 for 16-bit T, 1, 2 or 4 for float (VEC *
+//                sizeof(T) = 16: one 16-byte load). The caller guarantees that x and x_row_stride
+//                allow VEC * sizeof(T)-byte aligned accesses (VEC = 1 always does).
+//   THREADS      threads per block: a multiple of 64, at most 1024.
+//   ROW_THREADS  threads sharing one row (a row group of consecutive threads): a power of two up
+//                to the warp size (several rows per warp), or THREADS (one row per block).
+//   CHUNKS       VEC-element chunks a thread holds per row (or per column block when STREAM):
+//                COLS = ROW_THREADS * VEC * CHUNKS columns.
+//   STREAM       false: the row is held in registers (n <= COLS; x read once), and the search
+//                counts over registers. true (ROW_THREADS = THREADS): for rows longer than a
+//                block holds, the row is read in column blocks of COLS, twice: pass 1 builds a
+//                histogram of the keys' top 11 bits in shared memory (shared atomics), and warp
+//                0 finds the boundary bin (a scan over its lanes' bins); pass 2 sends the
+//                elements above the boundary bin straight to the survivors and those in it to a
+//                shared candidate buffer (CAND entries), where warp 0 runs the rest of the search
+//                (no block barriers; histograms of the next 11 bits while 8 or more remain). If the boundary bin holds more than CAND elements (data
+//                with few distinct values), the block counts over the row in memory instead: one
+//                more read per remaining key bit (and column bit when there are ties), then one
+//                to collect.
+//   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
+//                a few long rows still fill the GPU: each part selects its own k survivors (from
+//                whole column blocks of its columns), writes them to the workspace and counts
+//                itself done on the row's counter; the last part selects the row's k among the
+//                parts' survivors (at most 16 * 128, in the candidate buffer) and writes them.
+//
+// args (the kernel's single parameter, by value), fields in this order:
+//   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
+//   T*         values               row r at values + r * values_row_stride, k elements
+//   long long* indices              row r at indices + r * indices_row_stride, k elements
+//   u32*       workspace            SPLIT > 1: rows counters, zero at launch (left zero), then
+//                                   rows * SPLIT * 2 * 128 words for the parts' survivors
+//   long long  x_row_stride, values_row_stride, indices_row_stride     (elements)
+//   int        rows                 >= 1
+//   int        n                    >= 1 (the row length)
+//   int        k                    1 <= k <= min(n, 128)
+// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 56, 60, 64; 72 bytes with the tail padding.
+//
+// threads = THREADS. dynamic_smem = 0 (static shared memory: the survivors, 8 bytes times
+// min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
+//
+// Grid: a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
+// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM:
+// grid.x = rows, block (b, y) runs part y of row b, grid.y = SPLIT; grid.z = 1.
+//
+// Schedules (what hkjit/ops/topk.py picks):
+//   (sm_90a; CDNA keeps at most 16 keys a thread, so its row groups are twice as wide)
+//   short rows: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
+//                                                     <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
+//   rows up to 32768: a block per row                 <hk::bf16, 8, 512, 512, 4, false, 1>   (16384)
+//   longer rows: parts of about 64 KiB                <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
+//   few longer rows: up to 16 parts                   <hk::bf16, 8, 256, 256, 2, true, 16>   (16 x 128256)
+//   (CDNA streams with 512-thread blocks)
+#pragma once
+#include "hk/hk.hpp"
+#include "hk/common/select.hpp"
+
+template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM, int SPLIT>
+struct topk {
+  static constexpr int threads = THREADS;
+  static constexpr int dynamic_smem = 0;
+  struct args {
+    const T* x;
+    T* values;
+    long long* indices;
+    hk::u32* workspace;
+    long long x_row_stride, values_row_stride, indices_row_stride;
+    int rows, n, k;
+  };
+
+  static constexpr int MAX_K = 128;
+  static constexpr int G = ROW_THREADS;
+  static constexpr int GROUPS = THREADS / G;
+  static constexpr int COLS = G * VEC * CHUNKS;
+  static constexpr int KEYS = CHUNKS * VEC;          // elements a thread holds per (column block of a) row
+  static constexpr int HIST_BITS = 11;               // STREAM: pass 1's histogram of the top key bits
+  static constexpr int BINS = 1 << HIST_BITS;
+  static constexpr int CAND = 2048;                  // STREAM: candidates of the boundary bin kept in shared memory
+  using key_t = hk::order_key<T>;
+  static constexpr int KEY_LOW = 32 - key_t::bits;   // the key's lowest significant bit
+  using tile = hk::rt_row<T, 1, COLS, VEC, G>;
+  static_assert(THREADS % 64 == 0 && THREADS <= 1024, "THREADS: a multiple of 64, at most 1024");
+  static_assert(G <= hk::WARP_THREADS ? (G & (G - 1)) == 0 : G == THREADS,
+                "ROW_THREADS: a power of two up to the warp size, or THREADS");
+  static_assert(!STREAM || G == THREADS, "STREAM reads a row with the whole block");
+  static_assert(SPLIT >= 1 && (SPLIT == 1 || STREAM) && SPLIT * MAX_K <= CAND,
+                "SPLIT: 1, or up to 16 parts of a streamed row");
+  static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
+
+  // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
+  static constexpr int SURV = STREAM || COLS > MAX_K ? MAX_K : COLS;
+  struct survivors {
+    hk::u32 key[SURV], col[SURV], count;
+  };
+
+  // Sum of c over the row group (or over GW threads: a warp); every thread of it gets the sum.
+  template <int GW = G>
+  HK_INLINE static int group_count(int c) {
+    float v[1] = {(float)c};   // exact: counts stay below 2**24
+    hk::detail::group_allreduce<GW, 1, hk::op_sum>(v);
+    return (int)v[0];
+  }
+
+  // Ties at the boundary key (`have` elements reach it, more than k): the largest tn such that
+  // count(cand) -- the elements above the boundary key plus those at it whose ~column >= cand --
+  // still reaches k, i.e. the boundary elements of the lowest columns. 0 when there are no ties
+  // (every boundary element survives). count is called uniformly by the whole warp (several row
+  // groups may share one), so the decision to search is taken for the warp.
+  template <class COUNT>
+  HK_INLINE static hk::u32 search_columns(int n, int k, int have, COUNT count) {
+    const float ties = hk::detail::lane_allreduce<hk::WARP_THREADS, hk::op_max>(have > k ? 1.0f : 0.0f);
+    if (ties == 0.0f) return 0u;
+    const int col_bits = hk::bit_length(n - 1);
+    hk::u32 tn = col_bits >= 32 ? 0u : ~0u << col_bits;   // every column's ~column reaches this
+#pragma unroll 1
+    for (int bit = col_bits - 1; bit >= 0; --bit) {
+      const hk::u32 cand = tn | (1u << bit);
+      if (count(cand) >= k) tn = cand;
+    }
+    return have > k ? tn : 0u;
+  }
+
+  HK_INLINE static void add_survivor(survivors& s, hk::u32 key, int col) {
+    const hk::u32 slot = hk::detail::smem_fetch_add(&s.count, 1u);
+    s.key[slot] = key;
+    s.col[slot] = (hk::u32)col;
+  }
+
+  // After a barrier: the k survivors of `s` in order, written to row `row` (by the group's threads).
+  HK_INLINE static void write_sorted(const args& a, const survivors& s, int row, int lane) {
+    for (int i = lane; i < a.k; i += G) {
+      const hk::u32 key = s.key[i], col = s.col[i];
+      int rank = 0;
+      for (int j = 0; j < a.k; ++j) rank += s.key[j] > key || (s.key[j] == key && s.col[j] < col);
+      hk::raw<(int)sizeof(T)> v;
+      v.w[0] = key_t::decode(key);
+      hk::detail::st_global<(int)sizeof(T)>(a.values + row * a.values_row_stride + rank, v);
+      hk::raw<8> ix;
+      ix.w[0] = col;
+      ix.w[1] = 0;
+      hk::detail::st_global<8>(a.indices + row * a.indices_row_stride + rank, ix);
+    }
+  }
+
+  // This thread's keys of columns c0 .. c0 + COLS of row `row` (0 outside the row).
+  HK_INLINE static void load_keys(hk::u32 (&key)[KEYS], const hk::gl<T>& gx, int row, int c0, bool live) {
+    tile x;
+    hk::load(x, gx, live ? row : gx.rows, c0);
+    const hk::u32 row_mask = live ? ~0u : 0u;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) {   // all-ones below the row's end, by arithmetic (no lane masks to keep)
+      const hk::u32 inside = (hk::u32)((col_of(c0, i) - gx.cols) >> 31) & row_mask;
+      key[i] = key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC)) & inside;
+    }
+  }
+  HK_INLINE static int col_of(int c0, int i) { return c0 + tile::col(i / VEC, i % VEC); }
+
+  __device__ static void run(const args& a) {
+    if constexpr (STREAM) run_stream(a);
+    else run_regs(a);
+  }
+
+  // ---- rows held in registers ----------------------------------------------------------------
+  __device__ static void run_regs(const args& a) {
+    __shared__ survivors surv[GROUPS];
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
+    const int group = tile::group(), lane = tile::lane();
+    survivors& s = surv[group];
+    if (lane == 0) s.count = 0;
+    hk::sync_threads();
+    // One step per block (no grid-stride loop: around one, the compiler keeps the column
+    // bounds of every element live across steps, which overflows the AMD scalar registers).
+    const int row = hk::block_x() * GROUPS + group;
+    const bool live = row < a.rows;
+    hk::u32 key[KEYS];
+    load_keys(key, gx, row, 0, live);
+    // The key bits: count(key >= cand) over this thread's keys (absent ones are 0: never counted).
+    hk::u32 tk = 0;
+    int have = live ? a.n : 0;
+#pragma unroll 1
+    for (int bit = 31; bit >= KEY_LOW; --bit) {
+      const hk::u32 cand = tk | (1u << bit);
+      int c = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      c = group_count(c);
+      if (c >= a.k) { tk = cand; have = c; }
+    }
+    // Those above the boundary key survive. The keys then become ~column for the elements at
+    // the boundary key and 0 for the rest (reused registers; the comparisons below then change
+    // with every step, so none is kept live across the loop), and the lowest columns among the
+    // boundary ones complete the k.
+    int above = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) above += key[i] > tk;
+    if (live && above) {   // one shared-memory atomic per thread, not per survivor
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)above);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] > tk) {
+          s.key[slot] = key[i];
+          s.col[slot] = (hk::u32)col_of(0, i);
+          ++slot;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
+    above = group_count(above);
+    const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
+      int c = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      return above + group_count(c);
+    });
+    int at = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
+    if (live && at) {
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u && key[i] >= tn) {
+          s.key[slot] = tk;
+          s.col[slot] = ~key[i];
+          ++slot;
+        }
+    }
+    hk::sync_threads();
+    if (live) write_sorted(a, s, row, lane);
+  }
+
+  // The survivors past the first `above` (already in s): from a region whose elements have their
+  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(pick) is the
+  // block's count of region elements with pick(key, ~column); add_if(pick) adds those to s.
+  template <class COUNT, class ADD>
+  HK_INLINE static void finish(int n, int k, int top, hk::u32 tk, int above, int have, COUNT count_in, ADD add_if) {
+#pragma unroll 1
+    for (int bit = top - 1; bit >= KEY_LOW; --bit) {
+      const hk::u32 cand = tk | (1u << bit);
+      const int c = above + count_in([&](hk::u32 key, hk::u32) { return key >= cand; });
+      if (c >= k) { tk = cand; have = c; }
+    }
+    const int above_key = above + count_in([&](hk::u32 key, hk::u32) { return key > tk; });
+    const hk::u32 tn = search_columns(n, k, have, [&](hk::u32 cand) {
+      return above_key + count_in([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
+    });
+    add_if([&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); });
+  }
+
+  // ---- long rows: one row (or a SPLIT-th of one) per block, read twice -------------------------
+  struct stream_smem {
+    hk::u32 hist[BINS];
+    hk::u32 cand_key[CAND], cand_col[CAND];
+    hk::u32 n_cand, last, tb, above;
+    survivors s;
+  };
+  static constexpr int W = hk::WARP_THREADS;
+
+  // Warp 0: the boundary bin (the largest b with count(bins >= b) >= k) into sm.tb and the count
+  // of the bins above it into sm.above. Lane l sums bins [BINS - (l + 1) B, BINS - l B) (lane 0
+  // the top ones), a scan over the lanes finds the lane whose bins hold the k-th largest, and
+  // that lane walks its bins down.
+  HK_INLINE static void find_boundary_bin(stream_smem& sm, int k) {
+    constexpr int B = BINS / W;
+    const int lane = hk::lane_id(), top = BINS - lane * B;
+    hk::u32 mine = 0;
+    for (int b = top - B; b < top; ++b) mine += sm.hist[b];
+    hk::u32 incl = mine;   // inclusive scan over the lanes (Hillis-Steele)
+#pragma unroll
+    for (int d = 1; d < W; d *= 2) {   // lanes below d add nothing (an arithmetic mask, no branch)
+      const hk::u32 t = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
+      incl += t & (hk::u32)((d - 1 - lane) >> 31);
+    }
+    hk::u32 acc = incl - mine;
+    if (acc < (hk::u32)k && incl >= (hk::u32)k) {
+      for (int b = top - 1; b >= top - B; --b) {
+        if (acc + sm.hist[b] >= (hk::u32)k) {
+          sm.tb = (hk::u32)b;
+          sm.above = acc;
+          break;
+        }
+        acc += sm.hist[b];
+      }
+    }
+  }
+
+  // The k largest of columns [c_lo, c_lo + gseg.cols) of row `row` into sm.s (k <= gseg.cols).
+  HK_INLINE static void select_columns(stream_smem& sm, const hk::gl<T>& gseg, int row, int c_lo, int n, int k) {
+    constexpr int SHIFT = 32 - HIST_BITS;
+    const int tid = hk::thread_id(), len = gseg.cols;
+    for (int i = tid; i < BINS; i += THREADS) sm.hist[i] = 0;
+    if (tid == 0) sm.n_cand = 0;
+    hk::sync_threads();
+    for (int c0 = 0; c0 < len; c0 += COLS) {   // pass 1: histogram of the top key bits
+      hk::u32 key[KEYS];
+      load_keys(key, gseg, row, c0, true);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u) hk::detail::smem_fetch_add(&sm.hist[key[i] >> SHIFT], 1u);
+    }
+    hk::sync_threads();
+    if (hk::warp_id() == 0) find_boundary_bin(sm, k);
+    hk::sync_threads();
+    const hk::u32 tb = sm.tb;
+    const int above = (int)sm.above, in_bin = (int)sm.hist[tb];
+    const bool fits = in_bin <= CAND;
+    for (int c0 = 0; c0 < len; c0 += COLS) {   // pass 2: survivors above the bin, candidates in it
+      hk::u32 key[KEYS];
+      load_keys(key, gseg, row, c0, true);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) {
+        if (key[i] == 0u) continue;
+        const hk::u32 bin = key[i] >> SHIFT;
+        if (bin > tb) {
+          add_survivor(sm.s, key[i], c_lo + col_of(c0, i));
+        } else if (fits && bin == tb) {
+          const hk::u32 slot = hk::detail::smem_fetch_add(&sm.n_cand, 1u);
+          sm.cand_key[slot] = key[i];
+          sm.cand_col[slot] = (hk::u32)(c_lo + col_of(c0, i));
+        }
+      }
+    }
+    hk::sync_threads();
+    if (fits) {   // the rest within the bin: one warp over the candidates, no block barriers
+      if (hk::warp_id() == 0) select_candidates(sm, SHIFT, tb << SHIFT, above, in_bin, n, k);
+      return;
+    }
+    // More than CAND elements in the bin (few distinct values): the block counts over the row.
+    auto each_in_bin = [&](auto f) {
+      for (int c0 = 0; c0 < len; c0 += COLS) {
+        hk::u32 key[KEYS];
+        load_keys(key, gseg, row, c0, true);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
+      }
+    };
+    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin,
+           [&](auto pick) {
+             int c = 0;
+             each_in_bin([&](hk::u32 key, hk::u32 col) { c += pick(key, ~col); });
+             return group_count(c);
+           },
+           [&](auto pick) {
+             each_in_bin([&](hk::u32 key, hk::u32 col) { if (pick(key, ~col)) add_survivor(sm.s, key, (int)col); });
+           });
+  }
+
+  // One warp: the survivors past `above` among the m candidates in sm.cand_*, whose key bits
+  // above `top` equal tk's, into sm.s. While 8 or more key bits remain, a histogram of the next
+  // (up to 11) bits narrows the region at once (as pass 1 does for the row): the candidates in
+  // higher bins survive, those in lower ones drop out; the last bits are searched one by one.
+  HK_INLINE static void select_candidates(stream_smem& sm, int top, hk::u32 tk, int above, int m, int n, int k) {
+    const int lane = hk::lane_id();
+    int have = above + m;
+    auto in_region = [](hk::u32 key, int t, hk::u32 prefix) { return t >= 32 || (key >> t) == (prefix >> t); };
+    while (top - KEY_LOW >= 8) {
+      const int bits = top - KEY_LOW < HIST_BITS ? top - KEY_LOW : HIST_BITS, shift = top - bits;
+      const hk::u32 digits = (1u << bits) - 1u;
+      for (int b = lane; b < BINS; b += W) sm.hist[b] = 0;
+      hk::detail::sync_warp();
+      for (int i = lane; i < m; i += W)
+        if (in_region(sm.cand_key[i], top, tk)) hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
+      hk::detail::sync_warp();
+      find_boundary_bin(sm, k - above);
+      hk::detail::sync_warp();
+      const hk::u32 d = sm.tb;
+      for (int i = lane; i < m; i += W) {
+        const hk::u32 key = sm.cand_key[i];
+        if (in_region(key, top, tk) && ((key >> shift) & digits) > d) add_survivor(sm.s, key, (int)sm.cand_col[i]);
+      }
+      above += (int)sm.above;
+      have = above + (int)sm.hist[d];
+      tk |= d << shift;
+      top = shift;
+      hk::detail::sync_warp();   // every lane has read the histogram before the next one is built
+    }
+    finish(n, k, top, tk, above, have,
+           [&](auto pick) {
+             int c = 0;
+             for (int i = lane; i < m; i += W)
+               c += in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]);
+             return group_count<W>(c);
+           },
+           [&](auto pick) {
+             for (int i = lane; i < m; i += W)
+               if (in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]))
+                 add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
+           });
+  }
+
+  __device__ static void run_stream(const args& a) {
+    __shared__ stream_smem sm;
+    const int tid = hk::thread_id();
+    const int part = SPLIT > 1 ? hk::block_y() : 0;
+    // Part p of a row: columns [p seg, (p + 1) seg), seg a whole number of column blocks.
+    const int seg = SPLIT > 1 ? ((a.n + SPLIT - 1) / SPLIT + COLS - 1) / COLS * COLS : a.n;
+    const int c_lo = part * seg < a.n ? part * seg : a.n;
+    const int len = a.n - c_lo < seg ? a.n - c_lo : seg;
+    const int k_part = a.k < len ? a.k : len;
+    const auto gseg = hk::make_gl(const_cast<T*>(a.x) + c_lo, a.rows, len, a.x_row_stride, 1);
+    // One row per block (no grid-stride loop: around one, the compiler keeps lane-dependent
+    // masks live across rows, which overflows the AMD scalar registers).
+    const int row = hk::block_x();
+    if (tid == 0) sm.s.count = 0;
+    if (k_part > 0) select_columns(sm, gseg, row, c_lo, a.n, k_part);
+    hk::sync_threads();
+    if constexpr (SPLIT > 1) {
+      // Each part leaves its k_part survivors in the workspace; the part that finishes last
+      // (a counter per row, left at 0 again) selects the row's k among them.
+      hk::u32* counter = a.workspace + row;
+      hk::u32* list = a.workspace + a.rows + ((long long)row * SPLIT + part) * 2 * MAX_K;
+      for (int i = tid; i < k_part; i += THREADS) {
+        list[2 * i] = sm.s.key[i];
+        list[2 * i + 1] = sm.s.col[i];
+      }
+      hk::detail::fence_device();
+      hk::sync_threads();
+      if (tid == 0) sm.last = hk::detail::global_fetch_add(counter, 1u) == SPLIT - 1;
+      hk::sync_threads();
+      if (!sm.last) return;
+      hk::detail::fence_device();
+      int m = 0;
+#pragma unroll 1
+      for (int p = 0; p < SPLIT; ++p) {
+        const int lo = p * seg < a.n ? p * seg : a.n;
+        const int len_p = a.n - lo < seg ? a.n - lo : seg;
+        const int kp = a.k < len_p ? a.k : len_p;
+        const hk::u32* other = a.workspace + a.rows + ((long long)row * SPLIT + p) * 2 * MAX_K;
+        for (int i = tid; i < kp; i += THREADS) {
+          sm.cand_key[m + i] = other[2 * i];
+          sm.cand_col[m + i] = other[2 * i + 1];
+        }
+        m += kp;
+      }
+      if (tid == 0) { sm.s.count = 0; *counter = 0; }
+      hk::sync_threads();
+      if (hk::warp_id() == 0) select_candidates(sm, 32, 0u, 0, m, a.n, a.k);
+      hk::sync_threads();
+    }
+    write_sorted(a, sm.s, row, tid);
+  }
+};
