@@ -161,7 +161,11 @@ class TopkOp(Op):
                                + case["k"] * (DTYPES[case["dtype"]].itemsize + 8))
 
     def bench_tolerance(self, case):
-        return 1e-6
+        # Values must match exactly; of the indices, a few may differ where the row has equal
+        # values: torch.topk on CUDA does not specify which of tied elements it returns (hkjit takes
+        # the lower index; the GPU test checks that rule on rows made of ties). randn fp32 rows of
+        # 1024-4096 values tie about once in 10^5 picks on an H100 run.
+        return 1e-4
 
     def plan_for(self, target, p, tiles) -> Plan:
         if p["n"] > MAX_N:
