@@ -221,7 +221,8 @@ def cmd_cache_verify(args) -> int:
     cache = cache_mod.default_cache()
     problems = cache.verify()
     for path, problem in problems:
-        print(f"{path}: {problem} (moved to {cache.root / 'quarantine'})")
+        fate = "removed" if problem.startswith("key index record") else f"moved to {cache.root / 'quarantine'}"
+        print(f"{path}: {problem} ({fate})")
     print(f"{len(cache.entries())} entries OK, {len(problems)} corrupt")
     return 1 if problems else 0
 

@@ -24,7 +24,7 @@ from typing import Callable
 
 from . import cache as cache_mod
 from .cache import BUNDLE_FORMAT_VERSION, BUNDLE_MANIFEST, Bundle, CacheWarning, encode_entry, entry_relpath
-from .errors import HKJitError, InvalidArgumentError
+from .errors import CacheError, HKJitError, InvalidArgumentError
 from .manifest import MANIFEST_VERSION, kernel_table, manifest_line, plain_params
 
 try:
@@ -418,16 +418,25 @@ def export_cache(cache: cache_mod.Cache, dest, *, ops=None, targets=None) -> int
 
 
 def import_bundle(cache: cache_mod.Cache, source) -> int:
-    """Copy every entry of a bundle into the cache (each checked against the bundle's manifest first)."""
+    """Copy every entry of a bundle into the cache, all or nothing: the manifest is validated whole
+    (Bundle), each entry is checked against it as it is staged, and entries are renamed into place
+    only once every one is staged; on any failure the cache is left as it was. Returns the count."""
     bundle = Bundle(source)
-    count = 0
-    for key in bundle.index:
-        entry = bundle.get(key)   # BundleError on a damaged or tampered entry
-        cache.put(key, entry.code, entry.meta)
-        count += 1
+    records = bundle.manifest["entries"]   # BundleError on a malformed manifest: nothing written yet
+
+    def checked_entries():
+        for record in records:
+            entry = bundle.get(record["key"])   # BundleError on a damaged or tampered entry
+            yield entry.key, entry.code, entry.meta
+    try:
+        cache.put_all(checked_entries())
+    except OSError as e:
+        raise CacheError(f"could not import {bundle.path} into {cache.root}: {e.strerror or e}; nothing was "
+                         "imported (the cache is as it was). Free disk space there or point "
+                         "HKJIT_CACHE_DIR at a writable folder.") from None
     # A host with no compiler finds imported kernels by the toolchain they were built with.
     cache.add_toolchains(bundle.manifest.get("toolchains", []))
-    return count
+    return len(records)
 
 
 # ------------------------------------------------------------------------------------ precompile

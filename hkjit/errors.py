@@ -52,6 +52,12 @@ class CacheError(HKJitError, RuntimeError):
     """The on-disk cache could not be used (lock timeout, unreadable entry that cannot be rebuilt)."""
 
 
+class UnsafeCacheError(CacheError):
+    """The cache folder (or its entries/) can be written by another user: world-writable or owned by
+    someone else. hkjit refuses it, as ssh refuses such a ~/.ssh, since anyone who can write there
+    can make this process run their code."""
+
+
 class CacheWarning(UserWarning):
     """The cache could not be used as configured; hkjit carries on (in memory, or without an entry)."""
 

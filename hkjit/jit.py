@@ -11,13 +11,15 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache as cache_mod
 from . import compiler as compiler_mod
 from . import spec as spec_mod
-from .errors import CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
+from .cache import index as index_mod
+from .errors import CacheWarning, CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
 from .spec import Specialization
 
 
@@ -65,7 +67,7 @@ def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
         return key
     cache = cache_mod.default_cache()
     spec_id = _spec_id(spec, compiler)
-    key = _index_lookup(cache, spec_id)
+    key = _index_lookup(cache, spec_id, spec)
     if key is None:
         try:
             comp = compiler_mod.find_compiler(spec.target, compiler)
@@ -78,7 +80,7 @@ def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
         else:
             flags = comp.flags(spec.target, _include_dirs())
             key = cache_mod.make_key(spec_mod.key_parts(spec, comp.identity, flags))
-            _index_store(cache, spec_id, key, comp.fingerprint())
+            _index_store(cache, spec_id, key, comp.fingerprint(), spec)
     _keys[memo] = key
     return key
 
@@ -100,33 +102,53 @@ def _key_from_bundles(cache, spec):
     return None
 
 
-def _index_path(cache, spec_id):
-    return Path(cache.root) / "index" / spec_id[:2] / spec_id
+def _expectation(spec: Specialization) -> dict:
+    """What an entry compiled for `spec` says it is (its metadata; JSON round-tripped)."""
+    return {"op": spec.op, "target": spec.target.id, "entry": spec.entry,
+            "params": json.loads(json.dumps(spec.param_dict))}
 
 
-def _index_lookup(cache, spec_id):
+_warned_records: set = set()
+
+
+def _index_lookup(cache, spec_id, spec):
+    """The key recorded for `spec_id`, or None. Trusted only when the record is whole (checksum),
+    the compiler is unchanged, and the entry it names exists and is this specialisation: a record
+    edited to name another valid key is a miss, never the other kernel."""
+    path = index_mod.record_path(cache.root, spec_id)
     try:
-        record = json.loads(_index_path(cache, spec_id).read_text())
-        for path, mtime_ns, size in record["fingerprint"]:
-            st = os.stat(path)
+        record = index_mod.read_record(path)
+        if record is None:
+            return None
+        for file, mtime_ns, size in record["fingerprint"]:
+            st = os.stat(file)
             if (st.st_mtime_ns, st.st_size) != (mtime_ns, size):
                 return None
-        return cache_mod.check_key(record["key"])
+        key = cache_mod.check_key(record["key"])
+    except index_mod.CorruptRecordError as e:
+        if path not in _warned_records:
+            _warned_records.add(path)
+            warnings.warn(f"hkjit: key index record {path} is bad ({e}); ignoring it and computing the key "
+                          "again", CacheWarning, stacklevel=4)
+        return None
     except (OSError, ValueError, KeyError, TypeError, HKJitError):
         return None
+    expect = _expectation(spec)
+    if record["expect"] != expect:
+        return None
+    entry = cache.get(key)
+    if entry is None or index_mod.expectation_problem(expect, entry.meta):
+        return None
+    return key
 
 
-def _index_store(cache, spec_id, key, fingerprint):
+def _index_store(cache, spec_id, key, fingerprint, spec):
     if not fingerprint:
         return  # a compiler whose files cannot be identified is asked every time
-    path = _index_path(cache, spec_id)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "fingerprint": fingerprint}))
-        os.replace(tmp, path)
+        index_mod.write_record(cache.root, spec_id, key, fingerprint, _expectation(spec), cache.mkdirs)
     except OSError:
-        pass  # read-only or full cache: the index is only a shortcut
+        pass  # read-only or full cache: the index is only a shortcut (write_record left no temp file)
 
 
 def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Path | None]:
@@ -137,8 +159,7 @@ def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Pat
     text = spec_mod.render(spec)
     name = f"{spec.op}-{spec.target.arch}-{key[:16]}{'.cu' if spec.target.is_nvidia else '.hip'}"
     try:
-        root = Path(cache.root) / "sources"
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root = cache.mkdirs("sources")   # every level it creates 0700
         _write_no_follow(root / name, text)
         return text, root / name, None
     except OSError:
@@ -175,6 +196,12 @@ def build_spec(spec: Specialization, compiler=None, cache=None, miss_hint=None) 
     key = cache_key(spec, compiler, miss_hint)
     entry, built = cache.get_or_build(key, _compile(spec, key, compiler, cache),
                                       describe=lambda: _describe_miss(spec, key, miss_hint))
+    problem = index_mod.expectation_problem(_expectation(spec), entry.meta)
+    if problem and not built:
+        # An entry under this key that is not this specialisation was planted or forged: never run it.
+        cache.invalidate(key, f"it is not the kernel its key names ({problem})")
+        entry, built = cache.get_or_build(key, _compile(spec, key, compiler, cache),
+                                          describe=lambda: _describe_miss(spec, key, miss_hint))
     return Built(spec.op, spec.target.id, key, entry.code, entry.meta, spec.param_dict, built)
 
 

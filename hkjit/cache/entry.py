@@ -149,9 +149,9 @@ def _touch(fd: int):
         os.utime(fd)
 
 
-def write_atomically(path: Path, data: bytes, mode: int = 0o644):
-    """Write `data` to a temp file beside `path`, fsync it, and rename it over `path`, so no reader
-    ever sees a partial file. The temp file is removed if anything fails."""
+def write_temp(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """Write `data` whole (fsynced) to a fresh temp file beside `path` and return its name; the temp
+    file is removed if anything fails (a full disk included). O_EXCL: never through a planted link."""
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
     try:
@@ -159,8 +159,43 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())   # else a power cut after the rename can leave a zero-length entry
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def write_atomically(path: Path, data: bytes, mode: int = 0o644):
+    """Write `data` to a temp file beside `path`, fsync it, and rename it over `path`, so no reader
+    ever sees a partial file. The temp file is removed if anything fails."""
+    tmp = write_temp(path, data, mode)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def place_all(items) -> int:
+    """Write every (path, data) of `items` or none: each is staged as a temp file beside its path,
+    and all are renamed in only once every one is staged. On any failure (a bad item raised by the
+    iterator, a full disk) the temps and every file placed by this call are removed, leaving the
+    folder as it was. Returns how many files were placed."""
+    staged, placed = [], []
+    try:
+        for path, data in items:
+            staged.append((write_temp(path, data), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+            placed.append(path)
+    except BaseException:
+        for tmp, _ in staged:
+            with suppress(OSError):
+                os.unlink(tmp)
+        for path in placed:
+            with suppress(OSError):
+                os.unlink(path)
+        raise
+    return len(placed)

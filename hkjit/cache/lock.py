@@ -29,7 +29,10 @@ class KeyLock:
         if fcntl is None:
             return self._try_fallback()
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            # O_NOFOLLOW: a link planted here must not make us create or truncate its target (ELOOP:
+            # the caller degrades to an in-memory compile and says so).
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+                         | getattr(os, "O_NOFOLLOW", 0), 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CacheError, CacheWarning, InvalidArgumentError, OfflineMissError
-from .bundle import Bundle, bundle_paths_from_env
+from . import index as index_mod
+from .bundle import MAX_TOOLCHAINS, Bundle, bundle_paths_from_env, toolchain_problem
 from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry_file, read_entry_info, \
-    write_atomically
+    place_all, write_atomically
 from .key import ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath
 from .lock import KeyLock
+from .perms import check_private, make_private_dirs
 from .prune import entry_files, evict, quarantine_files, remove_stale_temps
 
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 PRUNE_GRACE_S = 60.0        # an entry used this recently is "in use": prune never evicts it
 _TOOLCHAINS_FILE = "toolchains.json"   # toolchains of kernels imported from bundles
+_MAX_TOOLCHAINS_FILE = 1 << 20          # a few toolchains are a few KB; read no more than this
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -178,11 +181,38 @@ class Cache:
             self._degrade(e, f"write {self.root / _TOOLCHAINS_FILE}")
 
     def _imported_toolchains(self) -> list[dict]:
+        """toolchains.json's toolchains; a file that is not a list of them is ignored with a warning
+        (it must never break lookups on a host with no compiler)."""
+        path = self.root / _TOOLCHAINS_FILE
         try:
-            found = json.loads((self.root / _TOOLCHAINS_FILE).read_text())
-        except (OSError, ValueError):
+            with open(path, "rb") as f:
+                found = json.loads(f.read(_MAX_TOOLCHAINS_FILE + 1))
+        except FileNotFoundError:
             return []
-        return found if isinstance(found, list) else []
+        except (OSError, ValueError) as e:
+            found = e
+        if isinstance(found, list) and len(found) <= MAX_TOOLCHAINS \
+                and not any(toolchain_problem(t) for t in found):
+            return found
+        self._warn_once(("toolchains", path), f"hkjit: {path} is not a list of toolchains hkjit wrote; "
+                                              "ignoring it (`hkjit cache clear` removes it, a cache import "
+                                              "writes it again)")
+        return []
+
+    def put_all(self, items) -> int:
+        """Store every (key, code, meta) of `items` or none of them (a bundle import; see
+        entry.place_all). Entries already on disk are kept (same key, same meaning). Returns how
+        many were added."""
+        def staged():
+            seen = set()
+            for key, code, meta in items:
+                path = self.entry_path(check_key(key))
+                if path.exists() or path in seen:
+                    continue
+                seen.add(path)
+                self._mkdirs(path.parent.relative_to(self.root))
+                yield path, encode_entry(key, code, meta)
+        return place_all(staged())
 
     # ---- maintenance
 
@@ -210,6 +240,7 @@ class Cache:
 
     def verify(self) -> list[tuple[Path, str]]:
         """Check every entry's checksum; set aside the corrupt ones. Returns (path, problem) pairs."""
+        self.check_private()
         problems = []
         for path in entry_files(self.root):
             key = path.stem
@@ -222,7 +253,11 @@ class Cache:
                 self._set_aside(path, (e.stat.st_dev, e.stat.st_ino), str(e))
             except OSError as e:
                 problems.append((path, f"unreadable: {e}"))
-        return problems
+        return problems + self._verify_index()
+
+    def _verify_index(self) -> list[tuple[Path, str]]:
+        return index_mod.verify_records(self.root, lambda key: read_entry_file(
+            self.entry_path(check_key(key)), key, touch=False)[0])
 
     def prune(self, max_size, *, grace: float | None = None, wait: bool = True) -> dict:
         """Evict least recently used entries until the cache holds at most `max_size` bytes.
@@ -260,8 +295,12 @@ class Cache:
         for path in quarantine_files(self.root):
             with suppress(OSError):
                 path.unlink()
-        # hkjit.jit's key index (spec -> key shortcuts): harmless when stale, but `clear` means clear.
-        shutil.rmtree(self.root / "index", ignore_errors=True)
+        # Everything else hkjit writes here: the key index (spec -> key shortcuts), generated sources
+        # and the imported toolchains. Harmless when stale, but `clear` means clear.
+        for folder in ("index", "sources"):
+            shutil.rmtree(self.root / folder, ignore_errors=True)
+        with suppress(OSError):
+            (self.root / _TOOLCHAINS_FILE).unlink()
         with self._mutex:
             self._memory.clear()
         return report
@@ -287,6 +326,7 @@ class Cache:
         return None
 
     def _from_disk(self, key: str) -> Entry | None:
+        self.check_private()
         path = self.entry_path(key)
         try:
             entry, st = read_entry_file(path, key)
@@ -382,15 +422,25 @@ class Cache:
                         "compiles stay in memory only, and the next process compiles them again. Fix: free "
                         "disk space or permissions there, or point HKJIT_CACHE_DIR at a writable directory.")
 
+    def mkdirs(self, relative) -> Path:
+        """root/relative, created (each level 0700) where missing; OSError when it cannot be."""
+        return self._mkdirs(relative)
+
     def _mkdirs(self, relative) -> Path:
-        """Create root/relative and every missing folder on the way, each 0700 (Path.mkdir's
-        parents=True would give the parents the umask's default, e.g. 0755)."""
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """Create root/relative and every missing folder on the way, each 0700, after checking that
+        no other user can write the root or entries/ (UnsafeCacheError)."""
+        self.check_private()
+        make_private_dirs(self.root)
         current = self.root
         for part in Path(relative).parts:
             current = current / part
             current.mkdir(mode=0o700, exist_ok=True)
         return current
+
+    def check_private(self) -> None:
+        """UnsafeCacheError when another user could write the cache root or its entries/ (see perms)."""
+        check_private(self.root, follow=True)
+        check_private(self.root / "entries", follow=False)
 
     def _warn_once(self, tag, message: str):
         if tag not in self._warned:
@@ -407,8 +457,10 @@ class Cache:
             qdir = self._mkdirs("quarantine")
             target = qdir / f"{path.stem}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}{ENTRY_SUFFIX}"
             os.replace(path, target)
-            with suppress(OSError):
-                target.with_suffix(".why").write_text(reason + "\n")
+            with suppress(OSError):   # a fresh file, never through a planted link
+                fd = os.open(target.with_suffix(".why"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(reason + "\n")
         except FileNotFoundError:
             return   # already set aside (or pruned) by another process
         except OSError as e:
