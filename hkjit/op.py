@@ -204,6 +204,12 @@ class Op:
             else:
                 values[p.name] = p.default
         tiles = {k: v for k, v in params.items() if k in self.tile_keywords}
+        for k, v in tiles.items():
+            # Every tile value ends up in a C++ template argument or an int field: refuse what no
+            # C int holds here, so clang never has to (each arch module narrows the range further).
+            if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < 2 ** 31:
+                raise InvalidArgumentError(f"{self.name}: tile override {k}={v}; tile overrides are ints "
+                                           "from 0 to 2**31-1 (each target accepts a narrower range)")
         return values, tiles
 
     def plan_for(self, target: Target, params: dict, tiles: dict) -> Plan:
