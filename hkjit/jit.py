@@ -5,6 +5,7 @@ a fresh compile); `load_spec` also loads it on a device, rebuilding once if the 
 out to be unloadable.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -126,7 +127,9 @@ def _index_store(cache, spec_id, key, fingerprint):
         tmp.write_text(json.dumps({"key": key, "fingerprint": fingerprint}))
         os.replace(tmp, path)
     except OSError:
-        pass  # read-only or full cache: the index is only a shortcut
+        # read-only or full cache: the index is only a shortcut; a half-written record goes too
+        with contextlib.suppress(OSError, NameError):
+            tmp.unlink(missing_ok=True)
 
 
 def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Path | None]:

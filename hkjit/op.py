@@ -58,8 +58,13 @@ class Param:
                 raise InvalidArgumentError(f"{op}: {self.name}={value!r}; give True or False")
             return bool(value)
         if self.kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
+            if value is None and self.default is None:
+                return None
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise InvalidArgumentError(f"{op}: {self.name}={value!r} is not an int")
+            value = int(value)                                  # NumPy ints as Python's
+            if not 0 <= value < 2 ** 31:
+                raise InvalidArgumentError(f"{op}: {self.name}={value}; give an int from 0 to 2**31-1")
         if self.choices and value not in self.choices:
             raise InvalidArgumentError(f"{op}: {self.name}={value!r}; valid: {', '.join(map(str, self.choices))}")
         return value
