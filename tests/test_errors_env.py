@@ -118,3 +118,41 @@ def test_compile_killed_by_sigkill_leaves_nothing_outside_the_cache(tmp_path):
 def test_every_error_here_is_an_hkjit_error():
     for cls in (CompileError, CompilerNotFoundError, DeviceError, InvalidArgumentError):
         assert issubclass(cls, HKJitError)
+
+
+def _hkjit_version():
+    from hkjit._version import __version__
+    return __version__
+
+
+@pytest.mark.parametrize("manifest", [
+    [], "x", 7,
+    {"entries": [{"path": "entries/x.hkc"}]},                # a record without a key
+    {"entries": ["abc"]},                                    # a string record
+    {"entries": {"k": {}}},                                  # entries not a list
+    {"entries": [], "toolchains": ["x"]},
+    {"entries": [], "toolchains": "x"},
+])
+def test_malformed_bundle_manifest_is_a_bundle_error_on_every_gemm(cache_dir, tmp_path, monkeypatch, manifest):
+    import json
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    if isinstance(manifest, dict):
+        manifest = {"format": "hkjit-bundle", "version": 1, "hkjit_version": _hkjit_version(), **manifest}
+    (bundle / "hkjit-bundle.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("HKJIT_BUNDLE_PATH", str(bundle))
+    hkjit.reset_state()
+    a = np.random.default_rng().standard_normal((40, 24)).astype(ml_dtypes.bfloat16)
+    b = np.random.default_rng().standard_normal((24, 56)).astype(ml_dtypes.bfloat16)
+    for _ in range(2):
+        with pytest.raises(hkjit.errors.BundleError, match="not an hkjit bundle manifest"):
+            hkjit.gemm(a, b, device="sim:gfx950")
+
+
+@pytest.mark.parametrize("command", [["cache", "ls"], ["cache", "stats"], ["cache", "verify"], ["info"]])
+def test_cache_entry_path_that_is_a_directory(cache_dir, command):
+    planted = cache_dir / "entries" / "ab" / ("ab" + "0" * 62 + ".hkc")
+    planted.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "hkjit", *command], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

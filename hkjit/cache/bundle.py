@@ -150,6 +150,7 @@ class Bundle:
             raise BundleError(f"bundle {self.path}: {BUNDLE_MANIFEST} is not JSON ({e}); rebuild the bundle") from None
         except zipfile.BadZipFile:
             raise BundleError(f"bundle {self.path} is a file but not a zip archive") from None
+        _check_manifest_shape(self.path, manifest)
         if manifest.get("format") != "hkjit-bundle" or not isinstance(manifest.get("entries"), list):
             raise BundleError(f"bundle {self.path}: {BUNDLE_MANIFEST} is not an hkjit bundle manifest")
         if manifest.get("version") != BUNDLE_FORMAT_VERSION:
@@ -160,6 +161,25 @@ class Bundle:
                           f"hkjit {hkjit_version()}: its kernels will not match and will be compiled again "
                           "(rebuild the bundle with this version)", CacheWarning, stacklevel=3)
         return manifest
+
+
+def _check_manifest_shape(bundle: Path, manifest) -> None:
+    """A malformed manifest is a BundleError on every use (never a silent skip: a bundle someone
+    put on HKJIT_BUNDLE_PATH and that ships nothing must be noticed)."""
+    def bad(what):
+        raise BundleError(f"bundle {bundle}: {BUNDLE_MANIFEST} is not an hkjit bundle manifest ({what}); "
+                          "rebuild it with `hkjit precompile` or take it off HKJIT_BUNDLE_PATH")
+    if not isinstance(manifest, dict):
+        bad(f"a JSON {type(manifest).__name__}, not an object")
+    entries, toolchains = manifest.get("entries"), manifest.get("toolchains", [])
+    if not isinstance(entries, list) or not isinstance(toolchains, list):
+        bad("'entries' and 'toolchains' must be lists")
+    for record in entries:
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("key", "path")):
+            bad(f"entry record {str(record)[:80]!r} lacks a string 'key' and 'path'")
+    for toolchain in toolchains:
+        if not isinstance(toolchain, dict):
+            bad(f"toolchain record {str(toolchain)[:80]!r} is not an object")
 
 
 def _check_member_path(relpath: str, bundle: Path):
