@@ -17,6 +17,7 @@ interface: `configure(target, params, tiles) -> Config` and `fill(config, ...)`.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -95,9 +96,16 @@ class _FieldRangeError(InvalidArgumentError):
     """A value does not fit the C type of an argument-struct field (the op's name is added by Plan)."""
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _checked_setattr(self, name, value):
     ctype = self._hkjit_ranges_.get(name)
-    if ctype is not None:
+    if ctype == "float32":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                math.isfinite(value) and abs(value) > _FLOAT32_MAX):
+            raise _FieldRangeError(f"argument {name}={value!r} is not a number a C float holds")
+    elif ctype is not None:
         lo, hi = ctype
         if value is None and lo == 0:
             value = 0                                   # a null pointer
@@ -126,6 +134,8 @@ def _check_struct_ranges(struct_type) -> None:
             _check_struct_ranges(ctype)
         elif len(field) == 2 and (rng := _field_range(ctype)) is not None:
             ranges[name] = rng                          # bit fields (3-tuples) are left to ctypes
+        elif getattr(ctype, "_type_", None) == "f":
+            ranges[name] = "float32"                    # ctypes rounds 1e300 to inf silently
     struct_type._hkjit_ranges_ = ranges
     struct_type.__setattr__ = _checked_setattr
 

@@ -67,3 +67,13 @@ def test_every_op_args_struct_refuses_wrapped_values(name):
 def test_huge_extents_at_build_are_refused_before_clang():
     with pytest.raises(InvalidArgumentError, match="2\\*\\*31"):
         hkjit.build("gemm", target="gfx950", m=2 ** 31, n=256, k=256, dtype="bfloat16")
+
+
+def test_float_fields_refuse_what_a_c_float_cannot_hold():
+    plan = ops.get("gemm").plan("gfx950", m=256, n=256, k=256, dtype="bfloat16")
+    assert plan.fill(**_gemm_arguments(alpha=3e38)).alpha == pytest.approx(3e38, rel=1e-6)
+    for value in (1e39, -1e300):
+        with pytest.raises(InvalidArgumentError, match="alpha"):
+            plan.fill(**_gemm_arguments(alpha=value))
+    with pytest.raises(InvalidArgumentError, match="beta"):
+        plan.fill(**_gemm_arguments(beta=-4e38))
