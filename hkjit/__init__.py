@@ -20,6 +20,8 @@ _EXPORTS = {
     "build": "api", "Built": "api", "inspect": "api", "reset_state": "api", "set_offline": "api",
     "gemm": "ops.gemm",
     "rms_norm": "ops.rms_norm",
+    "attention": "ops.attention",
+    "attention_backward": "ops.attention_backward",
     "add_rms_norm": "ops.norms", "layer_norm": "ops.norms", "dropout_add_layer_norm": "ops.norms",
     "rope": "ops.rope", "rope_qk": "ops.rope",
     "silu": "ops.activations", "gelu": "ops.activations", "gelu_tanh": "ops.activations",

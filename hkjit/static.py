@@ -101,10 +101,11 @@ def amd_instruction_mix(insts) -> dict:
 
 
 def amd_occupancy(target, vgprs, agprs, lds_bytes, waves_per_block) -> dict:
-    """Waves per SIMD and blocks per CU from registers (512 unified per lane, AGPRs 4-aligned after
-    the VGPRs, granule 8) and LDS per CU (the target's LDS size)."""
-    regs = ((vgprs + 3) // 4 * 4 if agprs else vgprs) + agprs
-    regs = max(8, (regs + 7) // 8 * 8)
+    """Waves per SIMD and blocks per CU from registers (512 unified per lane, granule 8) and LDS per
+    CU (the target's LDS size). `vgprs` is the code object's `.vgpr_count`, which on gfx90a and
+    later is already the unified total (VGPRs 4-aligned, then the `agprs` AGPRs): LLVM's
+    NumVGPRsForWavesPerEU; a kernel using v0..v255 and a0..a153 reports 410 / 154."""
+    regs = max(8, (vgprs + 7) // 8 * 8)
     waves_regs = min(8, 512 // regs)
     blocks = max(0, waves_regs * 4 // max(1, waves_per_block))
     if lds_bytes:
@@ -166,6 +167,11 @@ def format_report(report) -> str:
             ok = "matches" if k["per_block"] == k["tile_arithmetic"] else "DIFFERS from"
             lines.append(f"  MFMA per K-step: {k['per_wave']} per wave, {k['per_block']} per block ({ok} the "
                          f"tile arithmetic, {k['tile_arithmetic']})")
+        k = report.get("mfma_per_step")   # ops that stream blocks other than K-steps (attention)
+        if k:
+            ok = "matches" if k["per_wave"] == k["tile_arithmetic"] else "DIFFERS from"
+            lines.append(f"  MFMA per {k['step']}: {k['per_wave']} per wave ({ok} the tile arithmetic, "
+                         f"{k['tile_arithmetic']}), {k['per_block']} per block")
     else:
         lines.append(f"  registers {report.get('registers')}  static smem {report.get('smem_bytes')} B  "
                      f"spills {report.get('spills')} B  stack {report.get('stack_bytes')} B")

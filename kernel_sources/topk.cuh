@@ -31,10 +31,10 @@
 //                0 finds the boundary bin (a scan over its lanes' bins); pass 2 sends the
 //                elements above the boundary bin straight to the survivors and those in it to a
 //                shared candidate buffer (CAND entries), where warp 0 runs the rest of the search
-//                (no block barriers; histograms of the next 11 bits while 8 or more remain). If the boundary bin holds more than CAND elements (data
-//                with few distinct values), the block counts over the row in memory instead: one
-//                more read per remaining key bit (and column bit when there are ties), then one
-//                to collect.
+//                (no block barriers; histograms of the next 8 bits while 8 or more remain). If
+//                the boundary bin holds more than CAND elements (data with few distinct
+//                values), the block counts over the row in memory instead: one more read per
+//                remaining key bit (and column bit when there are ties), then one to collect.
 //   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
 //                a few long rows still fill the GPU: each part selects its own k survivors (from
 //                whole column blocks of its columns), writes them to the workspace and counts
@@ -61,13 +61,14 @@
 // grid.x = rows, block (b, y) runs part y of row b, grid.y = SPLIT; grid.z = 1.
 //
 // Schedules (what hkjit/ops/topk.py picks):
-//   (sm_90a; CDNA keeps at most 16 keys a thread, so its row groups are twice as wide)
-//   short rows: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
-//                                                     <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
-//   rows up to 32768: a block per row                 <hk::bf16, 8, 512, 512, 4, false, 1>   (16384)
-//   longer rows: parts of about 64 KiB                <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
-//   few longer rows: up to 16 parts                   <hk::bf16, 8, 256, 256, 2, true, 16>   (16 x 128256)
-//   (CDNA streams with 512-thread blocks)
+//   (sm_90a; CDNA keeps at most 16 keys a thread in a 64-lane wave, and streams with 512 threads)
+//   rows a warp holds: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
+//                                                            <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
+//   longer rows: streamed, a block per row                   <hk::bf16, 8, 256, 256, 2, true, 1>    (16384 x 4096)
+//     in parts of about 64 KiB                               <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
+//     few rows: up to 16 parts                               <hk::bf16, 8, 256, 256, 2, true, 16>   (16 x 128256)
+//   (a block-wide row group in registers, ROW_THREADS = THREADS, is kept for overrides: it
+//   searches bit by bit with every key, so streaming's histogram is cheaper for long rows)
 #pragma once
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"
@@ -92,6 +93,7 @@ struct topk {
   static constexpr int KEYS = CHUNKS * VEC;          // elements a thread holds per (column block of a) row
   static constexpr int HIST_BITS = 11;               // STREAM: pass 1's histogram of the top key bits
   static constexpr int BINS = 1 << HIST_BITS;
+  static constexpr int NARROW_BITS = 8;              // STREAM: the digits warp 0 narrows the candidates by
   static constexpr int CAND = 2048;                  // STREAM: candidates of the boundary bin kept in shared memory
   using key_t = hk::order_key<T>;
   static constexpr int KEY_LOW = 32 - key_t::bits;   // the key's lowest significant bit
@@ -246,22 +248,31 @@ struct topk {
     if (live) write_sorted(a, s, row, lane);
   }
 
+  // Which elements a count or a collection takes: key > tk, or key == tk with ~column >= tn
+  // (strict: key > tk only). A plain struct, not a generic lambda: every JIT compiler takes it.
+  struct pick {
+    hk::u32 tk, tn;
+    bool strict;
+    HK_INLINE bool operator()(hk::u32 key, hk::u32 ncol) const {
+      return key > tk || (!strict && key == tk && ncol >= tn);
+    }
+  };
+
   // The survivors past the first `above` (already in s): from a region whose elements have their
-  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(pick) is the
-  // block's count of region elements with pick(key, ~column); add_if(pick) adds those to s.
+  // key bits above `top` equal to those of tk, `have` of them reaching tk. count_in(p) is the
+  // count of region elements that p takes (over the threads searching); add_if(p) adds them to s.
   template <class COUNT, class ADD>
   HK_INLINE static void finish(int n, int k, int top, hk::u32 tk, int above, int have, COUNT count_in, ADD add_if) {
 #pragma unroll 1
     for (int bit = top - 1; bit >= KEY_LOW; --bit) {
       const hk::u32 cand = tk | (1u << bit);
-      const int c = above + count_in([&](hk::u32 key, hk::u32) { return key >= cand; });
+      const int c = above + count_in(pick{cand, 0u, false});   // key >= cand
       if (c >= k) { tk = cand; have = c; }
     }
-    const int above_key = above + count_in([&](hk::u32 key, hk::u32) { return key > tk; });
     const hk::u32 tn = search_columns(n, k, have, [&](hk::u32 cand) {
-      return above_key + count_in([&](hk::u32 key, hk::u32 ncol) { return key == tk && ncol >= cand; });
+      return above + count_in(pick{tk, cand, false});
     });
-    add_if([&](hk::u32 key, hk::u32 ncol) { return key > tk || (key == tk && ncol >= tn); });
+    add_if(pick{tk, tn, false});
   }
 
   // ---- long rows: one row (or a SPLIT-th of one) per block, read twice -------------------------
@@ -273,13 +284,15 @@ struct topk {
   };
   static constexpr int W = hk::WARP_THREADS;
 
-  // Warp 0: the boundary bin (the largest b with count(bins >= b) >= k) into sm.tb and the count
-  // of the bins above it into sm.above. Lane l sums bins [BINS - (l + 1) B, BINS - l B) (lane 0
-  // the top ones), a scan over the lanes finds the lane whose bins hold the k-th largest, and
-  // that lane walks its bins down.
+  // Warp 0: the boundary bin among the first NB of sm.hist (the largest b with count(bins >= b)
+  // >= k) into sm.tb and the count of the bins above it into sm.above. Lane l sums bins
+  // [NB - (l + 1) B, NB - l B) (lane 0 the top ones), a scan over the lanes finds the lane whose
+  // bins hold the k-th largest, and that lane walks its bins down.
+  template <int NB>
   HK_INLINE static void find_boundary_bin(stream_smem& sm, int k) {
-    constexpr int B = BINS / W;
-    const int lane = hk::lane_id(), top = BINS - lane * B;
+    static_assert(NB % W == 0 && NB <= BINS, "whole bins per lane");
+    constexpr int B = NB / W;
+    const int lane = hk::lane_id(), top = NB - lane * B;
     hk::u32 mine = 0;
     for (int b = top - B; b < top; ++b) mine += sm.hist[b];
     hk::u32 incl = mine;   // inclusive scan over the lanes (Hillis-Steele)
@@ -316,7 +329,7 @@ struct topk {
         if (key[i] != 0u) hk::detail::smem_fetch_add(&sm.hist[key[i] >> SHIFT], 1u);
     }
     hk::sync_threads();
-    if (hk::warp_id() == 0) find_boundary_bin(sm, k);
+    if (hk::warp_id() == 0) find_boundary_bin<BINS>(sm, k);
     hk::sync_threads();
     const hk::u32 tb = sm.tb;
     const int above = (int)sm.above, in_bin = (int)sm.hist[tb];
@@ -343,43 +356,51 @@ struct topk {
       return;
     }
     // More than CAND elements in the bin (few distinct values): the block counts over the row.
-    auto each_in_bin = [&](auto f) {
+    auto count_bin = [&](const pick& p) {
+      int c = 0;
       for (int c0 = 0; c0 < len; c0 += COLS) {
         hk::u32 key[KEYS];
         load_keys(key, gseg, row, c0, true);
 #pragma unroll
         for (int i = 0; i < KEYS; ++i)
-          if (key[i] != 0u && (key[i] >> SHIFT) == tb) f(key[i], (hk::u32)(c_lo + col_of(c0, i)));
+          c += key[i] != 0u && (key[i] >> SHIFT) == tb && p(key[i], ~(hk::u32)(c_lo + col_of(c0, i)));
+      }
+      return group_count(c);
+    };
+    auto add_bin = [&](const pick& p) {
+      for (int c0 = 0; c0 < len; c0 += COLS) {
+        hk::u32 key[KEYS];
+        load_keys(key, gseg, row, c0, true);
+#pragma unroll
+        for (int i = 0; i < KEYS; ++i)
+          if (key[i] != 0u && (key[i] >> SHIFT) == tb && p(key[i], ~(hk::u32)(c_lo + col_of(c0, i))))
+            add_survivor(sm.s, key[i], c_lo + col_of(c0, i));
       }
     };
-    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin,
-           [&](auto pick) {
-             int c = 0;
-             each_in_bin([&](hk::u32 key, hk::u32 col) { c += pick(key, ~col); });
-             return group_count(c);
-           },
-           [&](auto pick) {
-             each_in_bin([&](hk::u32 key, hk::u32 col) { if (pick(key, ~col)) add_survivor(sm.s, key, (int)col); });
-           });
+    finish(n, k, SHIFT, tb << SHIFT, above, above + in_bin, count_bin, add_bin);
   }
 
   // One warp: the survivors past `above` among the m candidates in sm.cand_*, whose key bits
-  // above `top` equal tk's, into sm.s. While 8 or more key bits remain, a histogram of the next
-  // (up to 11) bits narrows the region at once (as pass 1 does for the row): the candidates in
+  // above `top` equal tk's, into sm.s. While 8 or more key bits remain, a 256-bin histogram of
+  // the next 8 bits narrows the region at once (as pass 1 does for the row): the candidates in
   // higher bins survive, those in lower ones drop out; the last bits are searched one by one.
+  // (8-bit digits: a warp zeroes and scans 256 bins in a few steps per lane; for the few
+  // candidates of a bin that is cheaper per bit than 2048 bins or single-bit steps.)
   HK_INLINE static void select_candidates(stream_smem& sm, int top, hk::u32 tk, int above, int m, int n, int k) {
     const int lane = hk::lane_id();
     int have = above + m;
     auto in_region = [](hk::u32 key, int t, hk::u32 prefix) { return t >= 32 || (key >> t) == (prefix >> t); };
-    while (top - KEY_LOW >= 8) {
-      const int bits = top - KEY_LOW < HIST_BITS ? top - KEY_LOW : HIST_BITS, shift = top - bits;
-      const hk::u32 digits = (1u << bits) - 1u;
-      for (int b = lane; b < BINS; b += W) sm.hist[b] = 0;
+    constexpr int NB = 1 << NARROW_BITS;
+    while (top - KEY_LOW >= NARROW_BITS) {
+      const int shift = top - NARROW_BITS;
+      const hk::u32 digits = NB - 1;
+      for (int b = lane; b < NB; b += W) sm.hist[b] = 0;
       hk::detail::sync_warp();
       for (int i = lane; i < m; i += W)
-        if (in_region(sm.cand_key[i], top, tk)) hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
+        if (in_region(sm.cand_key[i], top, tk))
+          hk::detail::smem_fetch_add(&sm.hist[(sm.cand_key[i] >> shift) & digits], 1u);
       hk::detail::sync_warp();
-      find_boundary_bin(sm, k - above);
+      find_boundary_bin<NB>(sm, k - above);
       hk::detail::sync_warp();
       const hk::u32 d = sm.tb;
       for (int i = lane; i < m; i += W) {
@@ -393,15 +414,15 @@ struct topk {
       hk::detail::sync_warp();   // every lane has read the histogram before the next one is built
     }
     finish(n, k, top, tk, above, have,
-           [&](auto pick) {
+           [&](const pick& p) {
              int c = 0;
              for (int i = lane; i < m; i += W)
-               c += in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]);
+               c += in_region(sm.cand_key[i], top, tk) && p(sm.cand_key[i], ~sm.cand_col[i]);
              return group_count<W>(c);
            },
-           [&](auto pick) {
+           [&](const pick& p) {
              for (int i = lane; i < m; i += W)
-               if (in_region(sm.cand_key[i], top, tk) && pick(sm.cand_key[i], ~sm.cand_col[i]))
+               if (in_region(sm.cand_key[i], top, tk) && p(sm.cand_key[i], ~sm.cand_col[i]))
                  add_survivor(sm.s, sm.cand_key[i], (int)sm.cand_col[i]);
            });
   }

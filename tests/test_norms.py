@@ -69,7 +69,8 @@ def test_simulated(cache_dir, arch, shape, dtype, tiles):
     assert np.array_equal(s, s_ref)
     assert rel_err(y, rms_ref(s_ref, w, 1e-6)) < TOL[dtype]
     yd, sd = hkjit.dropout_add_layer_norm(x, r, w, b, 0.0, 1e-5, seed=3, device=dev, **tiles)
-    assert np.array_equal(sd, s_ref) and np.array_equal(yd, hkjit.layer_norm(s_ref, w, b, 1e-5, device=dev, **tiles))
+    assert np.array_equal(sd, s_ref)           # p = 0: the sum exactly, the norm as layer_norm's (its own schedule)
+    assert rel_err(yd, layer_norm_ref(s_ref, w, b, 1e-5)) < TOL[dtype] * (1 if dtype != "float32" else 5)
 
 
 @needs_clang
@@ -197,7 +198,8 @@ def test_gpu(shape, dtype):
     assert torch.equal(s, s_ref)
     assert err(y, F.rms_norm(s_ref.double(), shape[-1:], w.double(), 1e-6)) < tol
     yd, sd = hkjit.dropout_add_layer_norm(x, r, w, b, 0.0, 1e-5, seed=11)
-    assert torch.equal(sd, s_ref) and torch.equal(yd, hkjit.layer_norm(s_ref, w, b, 1e-5))
+    assert torch.equal(sd, s_ref)              # p = 0: the sum exactly (the norm has its own schedule)
+    assert err(yd, F.layer_norm(s_ref.double(), shape[-1:], w.double(), b.double(), 1e-5)) < tol
     yd, sd = hkjit.dropout_add_layer_norm(x, r, w, b, 0.25, 1e-5, seed=11)
     kept = (sd != r).double().mean().item()
     n = sd.numel()

@@ -5,7 +5,7 @@ import pytest
 
 import hkjit
 from hkjit import cli, jit, launch, ops, spec as spec_mod, targets
-from hkjit.errors import CompileError, DTypeError, InvalidArgumentError
+from hkjit.errors import CompileError, DTypeError, InvalidArgumentError, TargetError
 from hkjit.op import Op, Plan
 
 from conftest import needs_clang, needs_nvrtc
@@ -23,6 +23,10 @@ def test_registry_discovers_ops_and_names_them():
         ops.get(["gemm"])
 
 
+# Ops whose kernel for a target is not written yet (their plan raises TargetError "... not built yet").
+NOT_BUILT = {"sm_90a": ("attention", "attention_bwd_dq", "attention_bwd_dkdv")}
+
+
 @pytest.mark.parametrize("target", [pytest.param("gfx942", marks=needs_clang), pytest.param("gfx950", marks=needs_clang),
                                     pytest.param("sm_90a", marks=needs_nvrtc)])
 def test_every_op_plans_for_every_target_and_the_kernel_agrees(cache_dir, target):
@@ -31,7 +35,11 @@ def test_every_op_plans_for_every_target_and_the_kernel_agrees(cache_dir, target
     is the proof that both sides agree."""
     for name in ops.names():
         op = ops.get(name)
-        plan = op.plan(target, **op.default_shape)
+        try:
+            plan = op.plan(target, **op.default_shape)
+        except TargetError as e:   # a per-arch half not written yet says so (never a stand-in kernel)
+            assert name in NOT_BUILT.get(target, ()) and "not built yet" in str(e), (name, str(e))
+            continue
         assert isinstance(plan, Plan) and plan.threads > 0 and len(plan.grid) == 3
         checks = dict(plan.spec.checks)
         assert checks["threads"] == plan.threads and checks["dynamic_smem"] == plan.dynamic_smem

@@ -75,7 +75,8 @@ SIM_CASES = [
     ((6, 200), 20, "bfloat16", "ties", {}),
     ((2, 500), 128, "float32", "ties", {}),                 # k = 128
     ((9, 7), 3, "float16", "ties", {}),
-    ((1, 2100), 64, "float16", "normal", {}),               # a row longer than a wave holds: a block per row
+    ((1, 2100), 64, "float16", "normal", dict(stream=0, row_threads=256, threads=256)),  # a block per row
+    ((2, 2100), 64, "float16", "normal", {}),               # longer than a wave holds: streamed (default)
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
     ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
@@ -164,8 +165,8 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
 
 
 # --- static figures of the benchmark shapes ---------------------------------------------------
-BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"), (128, 128256, "float32"),
-                (16384, 4096, "bfloat16")]
+BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"), (128, 128256, "float32"),   # rows in registers,
+                (16384, 4096, "bfloat16"), (16, 128256, "bfloat16")]                          # streamed, split
 
 
 @needs_clang
@@ -197,6 +198,16 @@ def test_nvrtc_static(rows, n, dtype):
     result = nvrtc_ptx(rows, n, dtype)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx
+
+
+def test_no_generic_lambdas_in_device_code():
+    """NVRTC 12 (JIT mode) takes a lambda with `auto` parameters in device code for a host
+    function and refuses the unit; NVRTC 13 accepts it, so a compile here would not catch one."""
+    import re
+    root = Path(hkjit.__file__).resolve().parent.parent
+    for path in (root / "kernel_sources" / "topk.cuh", root / "include" / "hk" / "common" / "select.hpp"):
+        text = path.read_text()
+        assert not re.search(r"\]\s*\([^)]*\bauto\b", text), f"a generic lambda in {path.name}"
 
 
 def test_args_layout_matches_the_documented_contract():
@@ -278,3 +289,17 @@ def test_bench_peers_compute_the_op(cache_dir):
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     for case in op.bench_cases(quick=False):
         assert op.bench_bytes(case) == case["rows"] * (case["n"] * 4 + case["k"] * (4 + 8))   # float32 cases
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("tiles", [dict(stream=0, row_threads=256, threads=256),   # a block-wide row in registers
+                                   dict(stream=1, threads=128, chunks=1, split=3),  # small streamed parts
+                                   dict(vec=2)])                                    # narrower loads
+def test_gpu_schedule_overrides(tiles):
+    import torch
+    for kind in ("normal", "ties"):
+        x = (torch.randint(-3, 4, (33, 3000), device="cuda").float() if kind == "ties"
+             else torch.randn(33, 3000, device="cuda"))
+        values, indices = hkjit.topk(x, 40, **tiles)
+        check_against_torch(torch, x, 40, values, indices)

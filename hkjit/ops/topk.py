@@ -6,11 +6,10 @@ index (as torch.topk), then a rank sort of the k <= 128 survivors. Compile-time:
 vector width (from the alignment) and the schedule, which follows the row length n:
 
     pieces = ceil(n / vec)               vec-element pieces of a row (16 bytes each at best)
-    register rows (n <= 1024 * keys a thread holds: 32768 on sm_90a, 16384 on CDNA): the row
-        stays in registers, read once
-        row_threads = at least a warp/wave (fewer for rows of fewer pieces), more when a thread
-                      would hold over MAX_KEYS keys; a power of two up to the warp, else the block
-        threads     = 256 (several rows per block) or row_threads (one row per block)
+    register rows (n <= a warp's keys: 32 x 32 on sm_90a, 64 x 16 on CDNA): the row stays in
+        registers, read once
+        row_threads = a warp/wave (fewer for rows of fewer pieces); 256 threads, several rows a block
+        (a block-wide row group, one row per block, is an override: row_threads = threads)
     streamed rows (longer): a row part per block (256 threads on sm_90a, 512 on CDNA), read twice (a
         histogram of the top key bits, then the survivors and the candidates of the boundary bin);
         rows are split into parts of about 64 KiB (up to 16; more for few rows, so that about 256
@@ -78,7 +77,10 @@ def configure(target, p, tiles) -> Config:
                                    f"arrays aligned to {p['align']} bytes")
     pieces = _cdiv(n, vec)
     max_keys = MAX_KEYS if target.is_nvidia else MAX_KEYS_AMD
-    stream = bool(tiles.get("stream", n > min(1024, target.max_threads) * max_keys))
+    # Rows in registers only when a warp holds them: a block-wide row group would search bit by bit
+    # with every key (32 steps of compare-and-add per fp32 key, and two block barriers a step),
+    # where the streamed schedule's histogram costs a few instructions per element.
+    stream = bool(tiles.get("stream", n > warp * max_keys))
     if tiles.get("stream", 0) > 1:
         raise InvalidArgumentError(f"topk: stream={tiles['stream']}; give 0 (row in registers) or 1 (streamed)")
     if stream:
@@ -159,7 +161,11 @@ class TopkOp(Op):
                                + case["k"] * (DTYPES[case["dtype"]].itemsize + 8))
 
     def bench_tolerance(self, case):
-        return 1e-6
+        # Values must match exactly; of the indices, a few may differ where the row has equal
+        # values: torch.topk on CUDA does not specify which of tied elements it returns (hkjit takes
+        # the lower index; the GPU test checks that rule on rows made of ties). randn fp32 rows of
+        # 1024-4096 values tie about once in 10^5 picks on an H100 run.
+        return 1e-4
 
     def plan_for(self, target, p, tiles) -> Plan:
         if p["n"] > MAX_N:

@@ -1,0 +1,131 @@
+"""The CDNA (gfx942, gfx950) half of the attention backward: kernel_sources/attention_bwd_cdna.hip.
+
+Two kernels, each with the per-arch interface of hkjit/ops/gemm.py as an object (`DQ`, `DKDV`):
+
+- dq: 4 waves x 32 queries of one head (also writes Delta); streams KV blocks of `block_kv` (64)
+  keys through LDS (64 KiB at D128).
+- dkdv: 4 waves x 32 keys of one KV head; streams query blocks of `block_q` (32) of every query
+  head of the group through LDS (32 KiB at D128).
+
+Deterministic: no atomics; the GQA sum over query heads runs inside one workgroup, in order.
+"""
+
+import ctypes
+import math
+
+from ..dtypes import DTYPES
+from ..errors import InvalidArgumentError
+from ..op import Config, check_tiles
+
+SOURCE = "attention_bwd_cdna.hip"
+WAVES = 4
+ROWS = 32                  # rows of the resident operand per wave (queries for dq, keys for dkdv)
+_MAX_LOAD = {"gfx942": 4, "gfx950": 16}
+STRIDED = ("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse", "delta")
+
+
+def _err(msg):
+    raise InvalidArgumentError(msg)
+
+
+class Args(ctypes.Structure):
+    """Mirror of hkjit_attn::bwd_args (kernel_sources/attention_bwd_cdna.hip)."""
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "d_o", "lse", "delta", "dq", "dk", "dv",
+                                               "cu_seqlens_q", "cu_seqlens_k")] + \
+               [(f"{t}_{s}", ctypes.c_longlong) for t in STRIDED for s in ("sb", "sh", "sr")] + \
+               [(n, ctypes.c_int) for n in ("batch", "heads", "kv_heads", "n_q", "n_k")] + \
+               [("scale_log2", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+class Kernel:
+    """One backward kernel: `block` names the streamed block (block_kv for dq, block_q for dkdv)."""
+
+    def __init__(self, name, template, block, default_block, entry):
+        self.name, self.template, self.block, self.default_block = name, template, block, default_block
+        self.TILES, self.SOURCE, self.ENTRY, self.Args = (block,), SOURCE, entry, Args
+
+    def configure(self, target, p, tiles) -> Config:
+        where = f"attention backward {self.name} ({target.arch})"
+        check_tiles(where, tiles, self.TILES)
+        if target.arch not in _MAX_LOAD:
+            _err(f"{where}: the CDNA attention kernels support gfx942 and gfx950")
+        blk = tiles.get(self.block, self.default_block)
+        if isinstance(blk, bool) or not isinstance(blk, int) or blk < 32 or blk % 32:
+            _err(f"{where}: {self.block}={blk!r}; it must be a multiple of 32, e.g. 32, 64")
+        align = p.get("align", 16)
+        if align % 4:
+            _err(f"{where}: arrays aligned to {align} bytes; direct-to-LDS loads need 4-byte aligned rows")
+        load = 16 if _MAX_LOAD[target.arch] >= 16 and align % 16 == 0 else 4
+        cfg = Config(target=target.arch, kernel=self.name, dtype=p["dtype"], head_dim=p["head_dim"], block=blk,
+                     waves=WAVES, rows=WAVES * ROWS, causal=bool(p["causal"]), varlen=bool(p["varlen"]),
+                     load_bytes=load)
+        tile = blk * p["head_dim"] * 2
+        if tile % (WAVES * 64 * load):
+            _err(f"{where}: a {blk} x {p['head_dim']} tile must split into whole direct-to-LDS loads of "
+                 f"{WAVES * 64 * load} bytes; raise {self.block}")
+        if self.lds(cfg) > target.smem_per_block:
+            _err(f"{where}: LDS limit: {self.lds(cfg)} bytes for {self.block}={blk} exceed the "
+                 f"{target.smem_per_block}-byte LDS of {target.arch}; lower {self.block}")
+        cfg["lds_bytes"] = self.lds(cfg)
+        return cfg
+
+    @staticmethod
+    def lds(cfg) -> int:
+        return 2 * 2 * cfg["block"] * cfg["head_dim"] * 2
+
+    def template_params(self, cfg) -> dict:
+        return {k: cfg[k] for k in ("kernel", "dtype", "head_dim", "block", "causal", "varlen", "load_bytes")}
+
+    def kernel_type(self, cfg) -> str:
+        b = lambda v: "true" if v else "false"
+        return (f"{self.template}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, {WAVES}, "
+                f"{b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['load_bytes'])}>")
+
+    def threads(self, cfg) -> int:
+        return WAVES * 64
+
+    def dynamic_smem(self, cfg) -> int:
+        return 0
+
+    def checks(self, cfg) -> tuple:
+        return (("lds_bytes", self.lds(cfg)),)
+
+    def launch_grid(self, cfg, p) -> tuple:
+        if self.name == "dq":
+            return (math.ceil(p["n_q"] / cfg["rows"]), p["heads"], p["batch"])
+        return (math.ceil(p["n_k"] / cfg["rows"]), p["kv_heads"], p["batch"])
+
+    def workspace(self, cfg, p) -> tuple:
+        return 0, 0
+
+    def mfma_per_step(self, cfg) -> int:
+        """MFMAs per wave per streamed block by the tile arithmetic, all at 16x16xK (K = 32 on gfx950,
+        16 on gfx942): S and dP, then dQ^T (dq) or dK^T and dV^T (dkdv), each block x 32 x head_dim."""
+        one = cfg["block"] * ROWS * cfg["head_dim"] // (256 * (32 if cfg["target"] == "gfx950" else 16))
+        return (3 if self.name == "dq" else 4) * one
+
+    def fill(self, cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads,
+             kv_heads, n_q, n_k, scale, workspace=0, **strides) -> Args:
+        lb = cfg["load_bytes"]
+        for name in ("q", "k", "v", "o", "do"):
+            ptr = {"q": q, "k": k, "v": v, "o": o, "do": d_o}[name]
+            if int(ptr) % lb or int(strides[f"{name}_strides"][2]) * 2 % lb:
+                _err(f"attention backward: {name}'s base pointer or row stride is not aligned to the {lb}-byte "
+                     "loads this kernel was built for")
+        tiled = ("k", "v") if self.name == "dq" else ("q", "do")   # read by direct-to-LDS loads
+        for name in tiled:
+            if int(strides[f"{name}_strides"][2]) * 2 * cfg["block"] >= 2 ** 31:
+                _err(f"attention backward: {name}'s row stride {strides[f'{name}_strides'][2]} is too large for "
+                     "32-bit buffer offsets over a tile")
+        for name in ("lse", "delta"):
+            if int(strides[f"{name}_strides"][2]) != 1:
+                _err(f"attention backward: {name}'s rows must be contiguous (row stride 1, got "
+                     f"{strides[f'{name}_strides'][2]}); pass {name}.contiguous()")
+        vals = [int(x) for t in STRIDED for x in strides[f"{t}_strides"]]
+        return Args(int(q), int(k), int(v), int(o), int(d_o), int(lse), int(delta), int(dq or 0), int(dk or 0),
+                    int(dv or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0), *vals, int(batch), int(heads),
+                    int(kv_heads), int(n_q), int(n_k), float(scale) * math.log2(math.e), float(scale))
+
+
+DQ = Kernel("dq", "attention_bwd_dq_cdna", "block_kv", 64, "hkjit_attention_bwd_dq")
+DKDV = Kernel("dkdv", "attention_bwd_dkdv_cdna", "block_q", 32, "hkjit_attention_bwd_dkdv")
