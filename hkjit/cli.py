@@ -2,10 +2,21 @@
 
 import argparse
 import json
+import os
 import sys
 
 from ._version import __version__
-from .errors import HKJitError
+from .errors import DTypeError, HKJitError, InvalidArgumentError, TargetError, UnsupportedArrayError
+
+USAGE, FAILURE = 2, 1                      # exit statuses: the command line was wrong; the work failed
+_USAGE_ERRORS = (InvalidArgumentError, TargetError, DTypeError, UnsupportedArrayError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one `--help` away)."""
+
+    def error(self, message):
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _devices():
@@ -43,7 +54,7 @@ def _parse_overrides(items):
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep:
-            raise HKJitError(f"parameter {item!r}: write NAME=VALUE, e.g. block_m=128")
+            raise InvalidArgumentError(f"parameter {item!r}: write NAME=VALUE, e.g. block_m=128")
         out[name] = int(value) if value.lstrip("-").isdigit() else value
     return out
 
@@ -58,7 +69,7 @@ def cmd_inspect(args):
         except ValueError:
             dims = []
         if len(dims) != len(op.shape_params):
-            raise HKJitError(f"--shape {args.shape!r}: give {','.join(op.shape_params).upper()} for {op.name} "
+            raise InvalidArgumentError(f"--shape {args.shape!r}: give {','.join(op.shape_params).upper()} for {op.name} "
                              "(integers, comma-separated)")
         params.update(zip(op.shape_params, dims))
     if args.dtype:
@@ -83,9 +94,9 @@ def cmd_bench(args):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="hkjit", description="hkjit: JIT tile kernels for gfx942, gfx950 and sm_90a")
+    p = _Parser(prog="hkjit", description="hkjit: JIT tile kernels for gfx942, gfx950 and sm_90a")
     p.add_argument("--version", action="version", version=f"hkjit {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="devices, compilers and the cache")
     info.set_defaults(func=cmd_info)
     ins = sub.add_parser("inspect", help="static figures of a compiled op (registers, LDS, spills, instructions)")
@@ -114,16 +125,54 @@ def build_parser():
     return p
 
 
+def _parse(parser, argv):
+    """Arguments; NAME=VALUE parameters of `inspect` may also come after its options."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "param", None) is not None and all(not e.startswith("-") for e in extra):
+        args.param = [*args.param, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _one_line(error) -> str:
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    where = getattr(error, "source_path", None)
+    return lines[0] + (f" (generated source: {where}; the compiler's output is in the Python error)"
+                       if where and len(lines) > 1 else "")
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = _parse(parser, argv)
     try:
-        return args.func(args) or 0
-    except HKJitError as e:
-        print(f"hkjit: error: {e}", file=sys.stderr)
-        return 2
+        status = args.func(args) or 0
+        sys.stdout.flush()          # here, so a full disk or closed pipe on stdout is reported below
+        return status
     except BrokenPipeError:  # `hkjit inspect ... | head`: the reader left, which is not an error
-        sys.stderr.close()
+        _drop_stdout()
         return 0
+    except HKJitError as e:
+        status = USAGE if isinstance(e, _USAGE_ERRORS) else FAILURE
+        print(f"hkjit: error: {_one_line(e)}", file=sys.stderr)
+    except OSError as e:     # an output path that cannot be written, /dev/full, a full disk
+        print(f"hkjit: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        status = FAILURE
+    try:
+        sys.stdout.flush()
+    except OSError:          # stdout itself is what failed
+        _drop_stdout()
+    return status
+
+
+def _drop_stdout():
+    """Point stdout at /dev/null, so the interpreter's final flush of unwritable output is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

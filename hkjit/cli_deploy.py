@@ -3,6 +3,7 @@
 hkjit/cli.py calls `add_parsers(subparsers)`; each handler takes the parsed arguments and returns
 the exit status (0 fine, 1 something failed: a compile, a verification)."""
 
+import argparse
 import json
 import sys
 import time
@@ -21,6 +22,16 @@ def _csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of compiles from 1 to 4096")
+    return value
+
+
 # ------------------------------------------------------------------------------------ precompile
 
 def _add_precompile(sub):
@@ -35,7 +46,7 @@ def _add_precompile(sub):
     p.add_argument("--ops", type=_csv, metavar="OP,...", help="build only these ops")
     p.add_argument("-o", "--output", required=True, metavar="DIR|FILE.zip",
                    help="bundle to write: a directory, or a single archive when it ends in .zip")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="compiles at a time (default: CPU count)")
+    p.add_argument("-j", "--jobs", type=_positive_int, default=None, help="compiles at a time (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_precompile)

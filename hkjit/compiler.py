@@ -11,7 +11,8 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,25 @@ from .errors import CompileError, CompilerNotFoundError
 from .targets import Target
 
 STD = "c++20"
-KERNEL_TIMEOUT_S = float(os.environ.get("HKJIT_COMPILE_TIMEOUT", "900"))
+DEFAULT_TIMEOUT_S = 900.0
+_OUTPUT_SUFFIX = ".hkjit-out"       # compiler outputs beside the generated source (see _output_path)
+_STALE_OUTPUT_S = 3600              # older ones were left by a killed compile: removed by the next one
+
+
+def kernel_timeout_s() -> float:
+    """HKJIT_COMPILE_TIMEOUT (seconds), read when a compile starts, so a bad value fails that
+    compile with a clear error instead of `import hkjit`."""
+    raw = os.environ.get("HKJIT_COMPILE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise CompileError(f"HKJIT_COMPILE_TIMEOUT={raw!r} is not a positive number of seconds; "
+                           f"unset it for the default ({DEFAULT_TIMEOUT_S:.0f} s)")
+    return value
 
 # The pinned options, per vendor, in each driver's own spelling.
 AMD_FLAGS = ("-O3", f"-std={STD}")
@@ -82,10 +101,13 @@ def unit_id(source: str) -> str:
 
 
 def _run(cmd, source_path, what):
+    timeout = kernel_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S)
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except OSError as e:
+        raise CompileError(f"{what} could not be started ({e})", command=cmd, source_path=source_path) from None
     except subprocess.TimeoutExpired as e:
-        raise CompileError(f"{what} did not finish within {KERNEL_TIMEOUT_S:.0f} s "
+        raise CompileError(f"{what} did not finish within {timeout:.0f} s "
                            "(raise HKJIT_COMPILE_TIMEOUT if the kernel is really that large)",
                            log=(e.stderr or "") if isinstance(e.stderr, str) else "", command=cmd,
                            source_path=source_path) from None
@@ -130,7 +152,11 @@ class _SubprocessCompiler(Compiler):
         return [os.path.realpath(self.path)]
 
     def version(self) -> str:
-        out = subprocess.run([self.path, "--version"], capture_output=True, text=True, timeout=60)
+        try:
+            out = subprocess.run([self.path, "--version"], capture_output=True, text=True, errors="replace",
+                                 timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise CompilerNotFoundError(f"{self.name} at {self.path} does not run ({e})") from None
         text = (out.stdout or out.stderr).strip()
         return " | ".join(l.strip() for l in text.splitlines() if l.strip() and not l.startswith("InstalledDir"))
 
@@ -139,13 +165,38 @@ class _SubprocessCompiler(Compiler):
         return []
 
     def compile(self, source, source_path, target, include_dirs, kernel):
-        with tempfile.TemporaryDirectory(prefix="hkjit-") as tmp:
-            out = Path(tmp) / "kernel.bin"
+        out = _output_path(Path(source_path))
+        try:
             cmd = [self.path, *self.flags(target, include_dirs), *self.unit_flags(source),
                    "-o", str(out), str(source_path)]
             log = _run(cmd, source_path, self.name)
-            code = out.read_bytes()
+            try:
+                code = out.read_bytes()
+            except OSError as e:
+                raise CompileError(f"{self.name} exited 0 but wrote no code object ({e}); is {self.path} "
+                                   "really a compiler?", log=log, command=cmd, source_path=source_path) from None
+        finally:
+            out.unlink(missing_ok=True)
         return CompileResult(code, log, self.static_info(code, log, kernel))
+
+
+def _output_path(source_path: Path) -> Path:
+    """Where a compiler program writes its code object: beside the generated source, in the
+    cache's own 0700 sources/ folder (or the compile's private temporary folder), under a name
+    unique to this process and thread. A compile killed by SIGKILL leaves only this file, inside
+    hkjit's folder, and the next compile there removes such files once they are an hour old."""
+    folder = source_path.parent
+    now = time.time()
+    try:
+        for stale in folder.glob(f"*{_OUTPUT_SUFFIX}"):
+            try:
+                if now - stale.lstat().st_mtime > _STALE_OUTPUT_S:
+                    stale.unlink()
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return folder / f"{source_path.name}.{os.getpid()}.{threading.get_ident()}{_OUTPUT_SUFFIX}"
 
 
 class ClangCompiler(_SubprocessCompiler):
@@ -282,7 +333,8 @@ class HiprtcCompiler(Compiler):
 
 def _clang_major(path: str) -> int:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
+                             timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
     m = re.search(r"clang version (\d+)", out)
@@ -293,8 +345,12 @@ def _find_clang():
     explicit = os.environ.get("HKJIT_CLANG")
     if explicit:
         path = shutil.which(explicit) or explicit
-        if not os.path.exists(path):
-            raise CompilerNotFoundError(f"HKJIT_CLANG={explicit!r} does not exist")
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            raise CompilerNotFoundError(f"HKJIT_CLANG={explicit!r} is not an executable file; point it at "
+                                        "a clang >= 20 (e.g. /usr/bin/clang-22) or unset it")
+        if _clang_major(path) < 20:
+            raise CompilerNotFoundError(f"HKJIT_CLANG={explicit!r} is not a clang >= 20 (its --version names "
+                                        "no 'clang version 20' or later); point it at one or unset it")
         return ClangCompiler(path)
     for name in ("clang-22", "clang-21", "clang-20", "clang"):
         path = shutil.which(name)

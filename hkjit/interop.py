@@ -54,6 +54,14 @@ def _dtype_of(framework_dtype) -> DType:
 
 def _torch_array(t) -> Array:
     index = t.get_device()  # -1 on the CPU; cheaper than building a torch.device
+    # Meta tensors (no storage: data_ptr() is 0), and tensors on devices hkjit cannot address (MPS,
+    # XPU, ...) or without a strided layout (sparse), would otherwise be read as memory at a bogus
+    # address.
+    if not (t.is_cpu if index < 0 else t.is_cuda) or t.layout is not sys.modules["torch"].strided:
+        raise UnsupportedArrayError(
+            f"a torch tensor on {t.device} with layout {t.layout} has no memory hkjit can read or write"
+            + (" (meta tensors carry no data)" if t.is_meta else "")
+            + "; pass a dense (strided) tensor on the CPU or a CUDA/ROCm GPU")
     kind = "cpu" if index < 0 else _torch_gpu_kind()
     return Array(t.data_ptr(), tuple(t.shape), t.stride(), _dtype_of(t.dtype), kind, max(index, 0), "torch", t)
 
@@ -370,9 +378,13 @@ def copy_back(arr: Array, host) -> None:
 
 
 def writable(arr: Array) -> bool:
-    """False for arrays the producer marked read-only (NumPy's writeable flag, DLPack's READ_ONLY)."""
+    """False for arrays the producer marked read-only (NumPy's writeable flag, which np.memmap in
+    mode 'r' clears too; DLPack's READ_ONLY flag where the capsule is versioned) and for JAX arrays,
+    which are immutable: JAX may share one buffer between several arrays."""
     if arr.framework == "numpy":
         return bool(arr.obj.flags.writeable)
-    if arr.framework in ("dlpack", "jax") and isinstance(arr.obj, tuple):
+    if arr.framework == "jax":
+        return False
+    if arr.framework == "dlpack":
         return not read_capsule(arr.obj[1])[1]
     return True

@@ -151,7 +151,8 @@ def _check_scalars(op, scalars):
 def _check_writable(op, described):
     for name, a in zip(op.array_names, described):
         if a is not None and name in op.output_names and not interop.writable(a):
-            raise InvalidArgumentError(f"{op.name}: {name} is read-only; pass a writable array")
+            raise InvalidArgumentError(f"{op.name}: {name} is read-only (or immutable, as JAX arrays are); "
+                                       "pass a writable array, or leave it out to get a new one")
 
 
 def signature(op, described, options, dev, compiler, tiles) -> tuple:

@@ -17,6 +17,7 @@ interface: `configure(target, params, tiles) -> Config` and `fill(config, ...)`.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,8 +59,13 @@ class Param:
                 raise InvalidArgumentError(f"{op}: {self.name}={value!r}; give True or False")
             return bool(value)
         if self.kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
+            if value is None and self.default is None:
+                return None
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise InvalidArgumentError(f"{op}: {self.name}={value!r} is not an int")
+            value = int(value)                                  # NumPy ints as Python's
+            if not 0 <= value < 2 ** 31:
+                raise InvalidArgumentError(f"{op}: {self.name}={value}; give an int from 0 to 2**31-1")
         if self.choices and value not in self.choices:
             raise InvalidArgumentError(f"{op}: {self.name}={value!r}; valid: {', '.join(map(str, self.choices))}")
         return value
@@ -73,9 +79,73 @@ class Config(dict):
         return tuple(sorted(self.items()))
 
 
+_INT_CODES = {"b": True, "h": True, "i": True, "l": True, "q": True,
+              "B": False, "H": False, "I": False, "L": False, "Q": False, "P": False}
+
+
+def _field_range(ctype) -> tuple | None:
+    """(lowest, highest) an integer ctypes field holds, or None for a field that is not an integer."""
+    code = getattr(ctype, "_type_", None)
+    if not isinstance(code, str) or code not in _INT_CODES:
+        return None
+    bits = 8 * ctypes.sizeof(ctype)
+    return (-2 ** (bits - 1), 2 ** (bits - 1) - 1) if _INT_CODES[code] else (0, 2 ** bits - 1)
+
+
+class _FieldRangeError(InvalidArgumentError):
+    """A value does not fit the C type of an argument-struct field (the op's name is added by Plan)."""
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _checked_setattr(self, name, value):
+    ctype = self._hkjit_ranges_.get(name)
+    if ctype == "float32":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                math.isfinite(value) and abs(value) > _FLOAT32_MAX):
+            raise _FieldRangeError(f"argument {name}={value!r} is not a number a C float holds")
+    elif ctype is not None:
+        lo, hi = ctype
+        if value is None and lo == 0:
+            value = 0                                   # a null pointer
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise _FieldRangeError(f"argument {name}={value!r} is not an integer")
+        if not lo <= int(value) <= hi:
+            raise _FieldRangeError(f"argument {name}={int(value)} does not fit its C type "
+                                   f"(from {lo} to {hi}); the kernel would see a wrapped value")
+        value = int(value)
+    ctypes.Structure.__setattr__(self, name, value)
+
+
+def _check_struct_ranges(struct_type) -> None:
+    """Make every integer field of `struct_type` (and of the structures nested in it, also inside
+    arrays) refuse a value outside its C type's range. ctypes itself truncates silently, so an
+    extent >= 2**31 written to a C int would reach the kernel wrapped; installed once per type by
+    `Plan`, so no op has to remember it."""
+    if "_hkjit_ranges_" in struct_type.__dict__:
+        return
+    ranges = {}
+    for field in struct_type._fields_:
+        name, ctype = field[0], field[1]
+        while hasattr(ctype, "_length_") and hasattr(ctype, "_type_") and isinstance(ctype._type_, type):
+            ctype = ctype._type_                        # arrays: check their element type
+        if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+            _check_struct_ranges(ctype)
+        elif len(field) == 2 and (rng := _field_range(ctype)) is not None:
+            ranges[name] = rng                          # bit fields (3-tuples) are left to ctypes
+        elif getattr(ctype, "_type_", None) == "f":
+            ranges[name] = "float32"                    # ctypes rounds 1e300 to inf silently
+    struct_type._hkjit_ranges_ = ranges
+    struct_type.__setattr__ = _checked_setattr
+
+
 @dataclass(frozen=True)
 class Plan:
-    """Everything the launch path needs for one specialisation on one target."""
+    """Everything the launch path needs for one specialisation on one target.
+
+    Every integer written into `args_type` is checked against its field's C type (see
+    `_check_struct_ranges`); `fill` raises InvalidArgumentError naming the op and the field."""
     spec: Specialization
     config: Config
     threads: int
@@ -85,6 +155,17 @@ class Plan:
     fill: Callable[..., ctypes.Structure]             # fill(**kernel arguments) -> args_type instance
     workspace_bytes: int = 0                          # device scratch per stream (0: none)
     workspace_zeroed: int = 0                         # leading bytes of it that must start zeroed
+
+    def __post_init__(self):
+        _check_struct_ranges(self.args_type)
+        fill, op = self.fill, self.spec.op
+
+        def checked_fill(**arguments):
+            try:
+                return fill(**arguments)
+            except _FieldRangeError as e:
+                raise InvalidArgumentError(f"{op}: {e}") from None
+        object.__setattr__(self, "fill", checked_fill)
 
 
 @dataclass
@@ -138,6 +219,12 @@ class Op:
             else:
                 values[p.name] = p.default
         tiles = {k: v for k, v in params.items() if k in self.tile_keywords}
+        for k, v in tiles.items():
+            # Every tile value ends up in a C++ template argument or an int field: refuse what no
+            # C int holds here, so clang never has to (each arch module narrows the range further).
+            if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < 2 ** 31:
+                raise InvalidArgumentError(f"{self.name}: tile override {k}={v}; tile overrides are ints "
+                                           "from 0 to 2**31-1 (each target accepts a narrower range)")
         return values, tiles
 
     def plan_for(self, target: Target, params: dict, tiles: dict) -> Plan:

@@ -63,10 +63,16 @@ def parse(value) -> Target:
                           " (AMD targets accept features, e.g. 'gfx942:sramecc+:xnack-')")
     if features and _ARCHS[arch]["vendor"] != "amd":
         raise TargetError(f"target {value!r}: features are only meaningful for AMD targets")
+    seen = {}
     for f in features:
         if not _FEATURE.match(f):
             raise TargetError(f"target {value!r}: unknown feature {f!r}; use sramecc+/- or xnack+/-")
-    return Target(arch, tuple(features), **_ARCHS[arch])
+        if f[:-1] in seen:
+            raise TargetError(f"target {value!r}: feature {f[:-1]} is given twice ({seen[f[:-1]]}, {f}); "
+                              "give each of sramecc and xnack at most once, with + or -")
+        seen[f[:-1]] = f
+    # One spelling per target (LLVM's order: sramecc before xnack), so one key per kernel.
+    return Target(arch, tuple(sorted(features)), **_ARCHS[arch])
 
 
 def from_gcn_arch_name(name: str) -> Target:

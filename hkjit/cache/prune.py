@@ -17,7 +17,7 @@ _STALE_TEMP_S = 3600.0      # temp files this old are removed even without their
 def entry_files(root: Path):
     entries = root / "entries"
     if entries.is_dir():
-        yield from sorted(entries.glob(f"*/*{ENTRY_SUFFIX}"))
+        yield from sorted(p for p in entries.glob(f"*/*{ENTRY_SUFFIX}") if p.is_file())   # not a planted folder
 
 
 def quarantine_files(root: Path):

@@ -109,6 +109,8 @@ def _validate(cfg, target):
         _err(f"waves={w}: {w * 64} threads exceed the {target.max_threads}-thread block limit of {arch}")
     if st not in _STAGES:
         _err(f"stages={st}: valid choices: 1, 2 (double-buffered LDS)")
+    if not 1 <= cfg["group_m"] <= 256:
+        _err(f"group_m={cfg['group_m']}: valid: 1 .. 256 (block rows per swizzle group)")
     wn = w // 2
     if bm % (4 * mi):
         _err(f"block_m={bm}: must be a multiple of {4 * mi} (2 wave rows x 2 halves x MFMA {mi}); "

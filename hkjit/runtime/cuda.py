@@ -22,7 +22,11 @@ def _driver():
             from cuda.bindings import driver
         except ImportError as e:
             raise DeviceError("the CUDA backend needs cuda-python: pip install 'hkjit[cuda]'") from e
-        err, = driver.cuInit(0)
+        try:
+            err, = driver.cuInit(0)
+        except Exception as e:   # cuda-python opens libcuda.so at the first call (pathfinder's own error types)
+            raise DeviceError(f"no NVIDIA driver here ({type(e).__name__}: {e}); install the NVIDIA driver, "
+                              "or run on another device (device='sim:gfx950', HKJIT_DEVICE)") from None
         if err != driver.CUresult.CUDA_SUCCESS:
             raise DeviceError(f"cuInit failed ({err.name}): no usable NVIDIA driver or GPU")
         _cu = driver

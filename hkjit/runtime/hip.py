@@ -35,7 +35,7 @@ def _runtime():
                 # hip-python opens libamdhip64.so at its first call, not at import.
                 try:
                     hip.hipGetDeviceCount()
-                except RuntimeError as e:
+                except Exception as e:   # RuntimeError, OSError: whatever hip-python's loader raises
                     raise DeviceError(f"hip-python is installed but the HIP runtime is not ({e}); install ROCm, "
                                       "or point ROCM_PATH (hip-python >= 10) or LD_LIBRARY_PATH at its lib folder"
                                       ) from None
