@@ -13,9 +13,10 @@
 // second time (s from residual_out when RESIDUAL: what this thread itself wrote).
 //
 // Dropout mask: element (r, c) of the logical rows x cols array is kept iff
-// hash(seed, r * cols + c) / 2^32 >= p, hash = two rounds of MurmurHash3's 32-bit finaliser over
-// the index's halves and the seed's (see keep() below): the mask depends on the seed and the index
-// only, not on the schedule, the target or the strides.
+// hash(seed, r * cols + c) / 2^32 >= p (24 bits compared), hash = MurmurHash3's 32-bit finaliser
+// of the low index word times the golden ratio, offset by a key mixed from the seed and the high
+// index word (row_key / keep below): the mask depends on the seed and the index only, not on the
+// schedule, the target or the strides.
 //
 // Template parameters: T (hk::bf16, hk::half, float: x, residual, weight, bias, outputs), LAYER
 // (false: RMS), RESIDUAL, DROPOUT (needs RESIDUAL), WEIGHT, BIAS (LAYER only), then the row-tile
@@ -65,10 +66,14 @@ struct fused_norm {
     h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
     return h;
   }
-  HK_INLINE static bool keep(const args& a, long long index) {
-    const hk::u64 i = (hk::u64)index;
-    const hk::u32 h = fmix(fmix((hk::u32)i ^ (hk::u32)a.seed) ^ ((hk::u32)(i >> 32) * 0x9E3779B9u) ^ (hk::u32)(a.seed >> 32));
-    return (float)(h >> 8) * (1.0f / 16777216.0f) >= a.p;
+  // The mask hash of element `col` of a row whose key is row_key(a, row): one multiply and one
+  // finaliser round per element; the seed and the row (its 64-bit index base) enter per row.
+  HK_INLINE static hk::u32 row_key(const args& a, int row) {
+    const hk::u64 base = (hk::u64)row * (hk::u64)a.cols;
+    return fmix(fmix((hk::u32)a.seed ^ fmix((hk::u32)(a.seed >> 32))) ^ (hk::u32)(base >> 32)) + (hk::u32)base;
+  }
+  HK_INLINE static bool keep(const args& a, hk::u32 key, int col) {
+    return (float)(fmix((key + (hk::u32)col) * 0x9E3779B9u) >> 8) * (1.0f / 16777216.0f) >= a.p;
   }
 
   // s for one column block: x (+ dropout) (+ residual), rounded to T, as fp32; stored to
@@ -86,10 +91,13 @@ struct fused_norm {
       ftile rf;
       hk::convert(rf, res);
       if constexpr (DROPOUT) {
+        hk::u32 key[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) key[r] = row_key(a, r0 + r);
 #pragma unroll
         for (int i = 0; i < ftile::n_elems; ++i) {
-          const int row = r0 + ftile::row_slot(i), col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
-          const float d = keep(a, (long long)row * a.cols + col) ? s.get(i) * a.keep_scale : 0.0f;
+          const int col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
+          const float d = keep(a, key[ftile::row_slot(i)], col) ? s.get(i) * a.keep_scale : 0.0f;
           s.set(i, hk::to_float(hk::from_float<T>(d)));
         }
       }

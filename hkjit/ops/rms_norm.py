@@ -53,10 +53,10 @@ def _pow2_at_least(n):
     return p
 
 
-def configure(target, p, tiles, op="rms_norm", fp32_rows=False) -> Config:
+def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
-    fused norms' (hkjit/ops/norms.py: `op` names them in errors; `fp32_rows`: they keep the row in
-    registers as fp32, so it is capped like an fp32 row)."""
+    fused norms' (hkjit/ops/norms.py: `op` names them in errors; `max_elems` caps the row
+    elements a thread keeps in registers: they keep fp32 rows and more per element)."""
     check_tiles(f"{op} ({target.arch})", tiles, TILES)
     for name, v in tiles.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -79,7 +79,8 @@ def configure(target, p, tiles, op="rms_norm", fp32_rows=False) -> Config:
                                    f"multiple of the {warp}-thread warp/wave")
     if row_threads <= warp and row_threads & (row_threads - 1):
         raise InvalidArgumentError(f"{op}: row_threads={row_threads} must be a power of two when <= {warp}")
-    max_elems = MAX_ELEMS // 2 if (itemsize == 4 and target.is_nvidia) or fp32_rows else MAX_ELEMS
+    if max_elems is None:
+        max_elems = MAX_ELEMS // 2 if itemsize == 4 and target.is_nvidia else MAX_ELEMS
     default_chunks = min(_cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
     chunks = tiles.get("chunks", default_chunks)
     rows = tiles.get("group_rows", 1)

@@ -7,8 +7,8 @@ of x, of cos/sin and of positions, the convention (half rotation or interleaved)
                  allow (and cos/sin accesses of at most 16 bytes: fp32 tables with 16-bit x give
                  8-byte x accesses in the half-rotation form, whose x and cos chunks pair one to one)
     row_threads  the power of two of threads, up to a warp, that covers a row's rotated half (or
-                 its rotated columns, interleaved) in one vector piece each, at most CHUNKS_MAX
-                 pieces a thread; 256-thread blocks of several rows
+                 its rotated columns, interleaved) at CHUNKS_MAX pieces a thread (at least
+                 MIN_ROW_THREADS threads); blocks of several rows (THREADS: per target, measured)
 Run-time: the shapes, strides, the table's rows. rope_qk rotates q and k in one launch (their
 rows one after the other); they share cos, sin and positions and may differ in heads (GQA).
 """
@@ -26,9 +26,13 @@ SOURCE = "rope.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
 POSITION_DTYPES = ("none", "int32", "int64")
 TILES = ("vec", "threads", "row_threads", "chunks", "blocks")
-THREADS = 256
-CHUNKS_MAX = 1                      # vector pieces per thread and step (x, its pair, cos, sin: 4 loads in
-                                    # flight); 2 spilled SGPRs on gfx942 for 16-bit tables
+# Schedule per target. NVIDIA (H100 sweep over vec, row_threads, threads, chunks at (8, 32, 2048, 128)
+# bf16, both layouts): 128-thread blocks and rows of at least 8 threads with 2 pieces a thread were
+# best (92-96% of a same-size copy; 256-thread blocks 87-90%). CDNA: one piece a thread (2 spilled
+# SGPRs on gfx942 with 16-bit tables), 256-thread blocks (not measured on hardware).
+THREADS = {"nvidia": 128, "amd": 256}
+CHUNKS_MAX = {"nvidia": 2, "amd": 1}
+MIN_ROW_THREADS = {"nvidia": 8, "amd": 1}
 LAYOUTS = {"bhnd": 2, "bnhd": 1}            # the dimension of x that is the position (sequence)
 
 
@@ -61,13 +65,15 @@ def configure(name, target, p, tiles) -> Config:
                                    f"up to {widest} for these arrays")
     pieces = cdiv(p["rot"] if p["interleaved"] else half, vec)
     warp = target.wave_size
-    row_threads = tiles.get("row_threads", min(warp, pow2_at_least(cdiv(pieces, CHUNKS_MAX))))
+    vendor = "nvidia" if target.is_nvidia else "amd"
+    by_chunks = pow2_at_least(cdiv(pieces, CHUNKS_MAX[vendor]))
+    row_threads = tiles.get("row_threads", min(warp, max(by_chunks, min(MIN_ROW_THREADS[vendor], pow2_at_least(pieces)))))
     if row_threads > warp:
         raise InvalidArgumentError(f"{name}: row_threads={row_threads}; at most the {warp}-thread warp/wave")
-    chunks = tiles.get("chunks", min(CHUNKS_MAX, cdiv(pieces, row_threads)))
-    if chunks > 4 * CHUNKS_MAX:
-        raise InvalidArgumentError(f"{name}: chunks={chunks}; at most {4 * CHUNKS_MAX} (registers)")
-    threads = tiles.get("threads", THREADS)
+    chunks = tiles.get("chunks", min(CHUNKS_MAX[vendor], cdiv(pieces, row_threads)))
+    if chunks > 8:
+        raise InvalidArgumentError(f"{name}: chunks={chunks}; at most 8 (registers)")
+    threads = tiles.get("threads", THREADS[vendor])
     check_group(name, target, threads, row_threads)
     row_blocks = cdiv(p["rows"], threads // row_threads)
     blocks = tiles.get("blocks", row_blocks)
