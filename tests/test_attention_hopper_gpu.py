@@ -1,0 +1,90 @@
+"""The sm_90a attention forward kernel on a real Hopper GPU, across its own configurations (block_kv,
+consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
+ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
+(tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
+Skipped where no CUDA GPU is present (CI)."""
+
+import math
+
+import pytest
+
+from conftest import HAVE_GPU
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")]
+
+import hkjit  # noqa: E402
+
+TILES = [dict(), dict(block_kv=64), dict(consumers=1), dict(consumers=1, stages=1), dict(block_kv=64, stages=4)]
+CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
+    (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
+    (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),
+]
+
+
+def _reference(q, k, v, causal, scale):
+    import torch
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
+    s = scale * q.float() @ k.transpose(-1, -2)
+    nq, nk = q.shape[2], k.shape[2]
+    if causal:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
+    return p @ v, lse
+
+
+def _check(o, lse, ref_o, ref_lse, what):
+    import torch
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), f"{what}: NaN (unwritten?)"
+    rel = (torch.linalg.norm(o.float() - ref_o) / torch.linalg.norm(ref_o)).item()
+    assert rel < 1e-2, f"{what}: O relative error {rel:.2e}"
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), f"{what}: -inf LSE rows differ"
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-2, f"{what}: LSE error"
+
+
+@pytest.mark.parametrize("tiles", TILES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_configs_against_float32(case, tiles):
+    import torch
+    b, h, hkv, nq, nk, d, causal = case
+    q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, nq), float("nan"), device="cuda")
+    hkjit.attention(q, k, v, causal=causal, out=out, lse=lse, **tiles)
+    ref_o, ref_lse = _reference(q, k, v, causal, 1 / math.sqrt(d))
+    _check(out, lse, ref_o, ref_lse, f"{case} {tiles}")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_four_byte_aligned_rows(d):
+    """Row strides that are 4- but not 16-byte aligned take the narrow-load specialisation."""
+    import torch
+    q, k, v = (torch.randn(1, 2, 300, d + 2, device="cuda", dtype=torch.float16)[..., :d] for _ in range(3))
+    out = torch.full((1, 2, 300, d), float("nan"), device="cuda", dtype=torch.float16)
+    lse = torch.full((1, 2, 300), float("nan"), device="cuda")
+    hkjit.attention(q, k, v, causal=True, out=out, lse=lse)
+    ref_o, ref_lse = _reference(q, k, v, True, 1 / math.sqrt(d))
+    _check(out, lse, ref_o, ref_lse, f"4-byte rows D{d}")
+
+
+@pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
+def test_varlen_lengths(d, causal):
+    import torch
+    lq, lk = [1, 4097, 300, 64, 1000, 7], [5, 4097, 17, 64, 2000, 1]
+    cq = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lq), 6, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(sum(lk), 2, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((6, sum(lq)), float("nan"), device="cuda")
+    hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse)
+    for i in range(len(lq)):
+        sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
+        ref_o, ref_lse = _reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
+                                    v[sk].transpose(0, 1)[None], causal, 1 / math.sqrt(d))
+        _check(out[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
