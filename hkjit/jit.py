@@ -5,7 +5,6 @@ a fresh compile); `load_spec` also loads it on a device, rebuilding once if the 
 out to be unloadable.
 """
 
-import contextlib
 import hashlib
 import json
 import os

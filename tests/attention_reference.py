@@ -1,4 +1,5 @@
-"""Float64 NumPy reference of attention (GQA, bottom-right causal, rows with no key: O = 0, LSE = -inf)."""
+"""References of attention (GQA, bottom-right causal, rows with no key: O = 0, LSE = -inf): float64
+NumPy for the simulator tests, float32 torch on the GPU for the GPU tests."""
 
 import numpy as np
 
@@ -47,3 +48,32 @@ def reference_backward(q, k, v, do, causal, scale):
     dk = scale * ds.transpose(0, 2, 1) @ q
     fold = lambda x: x.reshape(k.shape[0], group, nk, -1).sum(1)  # noqa: E731
     return dq, fold(dk), fold(dv)
+
+
+def torch_reference(q, k, v, causal, scale):
+    """float32 O and LSE from (B, H, N, D) torch tensors on any device, GQA by repeating KV heads."""
+    import torch
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
+    s = scale * q.float() @ k.transpose(-1, -2)
+    nq, nk = q.shape[2], k.shape[2]
+    if causal:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
+    return p @ v, lse
+
+
+def check_torch(o, lse, ref_o, ref_lse, what):
+    """hkjit's bf16/fp16 O and fp32 LSE against torch_reference: no NaN (unwritten), O within 1e-2
+    relative and 0.05 absolute, the same -inf LSE rows, finite LSE within 2e-2."""
+    import torch
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), f"{what}: NaN (unwritten?)"
+    rel = (torch.linalg.norm(o.float() - ref_o) / torch.linalg.norm(ref_o)).item()
+    assert rel < 1e-2, f"{what}: O relative error {rel:.2e}"
+    assert (o.float() - ref_o).abs().max().item() < 0.05, what
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), f"{what}: -inf LSE rows differ"
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-2, f"{what}: LSE error"

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from attention_reference import check_torch, torch_reference
 from conftest import HAVE_GPU
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")]
@@ -19,33 +20,6 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
 ]
 
 
-def _reference(q, k, v, causal, scale):
-    """float32 O and LSE from (B, H, N, D) tensors, GQA by repeating KV heads, bottom-right causal."""
-    import torch
-    group = q.shape[1] // k.shape[1]
-    k, v = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
-    s = scale * q.float() @ k.transpose(-1, -2)
-    nq, nk = q.shape[2], k.shape[2]
-    if causal:
-        i = torch.arange(nq, device=q.device)[:, None]
-        j = torch.arange(nk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + nk - nq, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
-    return p @ v, lse
-
-
-def _check(o, lse, ref_o, ref_lse, what):
-    import torch
-    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), f"{what}: NaN (unwritten?)"
-    rel = (torch.linalg.norm(o.float() - ref_o) / torch.linalg.norm(ref_o)).item()
-    assert rel < 1e-2, f"{what}: O relative error {rel:.2e}"
-    assert (o.float() - ref_o).abs().max().item() < 0.05, what
-    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), f"{what}: -inf LSE rows differ"
-    fin = torch.isfinite(ref_lse)
-    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-2, f"{what}: LSE error"
-
-
 @pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_forward_against_float32(case, layout):
@@ -57,8 +31,8 @@ def test_forward_against_float32(case, layout):
     out = torch.full_like(t(q), float("nan"))
     lse = torch.full((b, h, nq), float("nan"), device="cuda")
     hkjit.attention(t(q), t(k), t(v), causal=causal, layout=layout, out=out, lse=lse)
-    ref_o, ref_lse = _reference(q, k, v, causal, 1 / math.sqrt(d))
-    _check(t(out), lse, ref_o, ref_lse, f"{case} {layout}")
+    ref_o, ref_lse = torch_reference(q, k, v, causal, 1 / math.sqrt(d))
+    check_torch(t(out), lse, ref_o, ref_lse, f"{case} {layout}")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -83,9 +57,9 @@ def test_varlen(causal):
     o, lse = hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, return_lse=True)
     for i in range(len(lq)):
         sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
-        ref_o, ref_lse = _reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
+        ref_o, ref_lse = torch_reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
                                     v[sk].transpose(0, 1)[None], causal, 1 / math.sqrt(128))
-        _check(o[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
+        check_torch(o[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
 
 
 def _hopper_backward_built():
@@ -113,7 +87,7 @@ def test_backward_against_float32_autograd(case):
     again = hkjit.attention_backward(do, q, k, v, o, lse, causal=causal)
     assert all(torch.equal(g, a) for g, a in zip(grads, again)), "not deterministic"
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
-    ref_o, _ = _reference(qf, kf, vf, causal, 1 / math.sqrt(d))
+    ref_o, _ = torch_reference(qf, kf, vf, causal, 1 / math.sqrt(d))
     refs = torch.autograd.grad(ref_o, (qf, kf, vf), do.float())
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         rel = (torch.linalg.norm(g.float() - r) / torch.linalg.norm(r)).item()

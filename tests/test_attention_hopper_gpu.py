@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from attention_reference import check_torch, torch_reference
 from conftest import HAVE_GPU
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")]
@@ -21,31 +22,6 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
 ]
 
 
-def _reference(q, k, v, causal, scale):
-    import torch
-    group = q.shape[1] // k.shape[1]
-    k, v = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
-    s = scale * q.float() @ k.transpose(-1, -2)
-    nq, nk = q.shape[2], k.shape[2]
-    if causal:
-        i = torch.arange(nq, device=q.device)[:, None]
-        j = torch.arange(nk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + nk - nq, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
-    return p @ v, lse
-
-
-def _check(o, lse, ref_o, ref_lse, what):
-    import torch
-    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), f"{what}: NaN (unwritten?)"
-    rel = (torch.linalg.norm(o.float() - ref_o) / torch.linalg.norm(ref_o)).item()
-    assert rel < 1e-2, f"{what}: O relative error {rel:.2e}"
-    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), f"{what}: -inf LSE rows differ"
-    fin = torch.isfinite(ref_lse)
-    assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-2, f"{what}: LSE error"
-
-
 @pytest.mark.parametrize("tiles", TILES, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_configs_against_float32(case, tiles):
@@ -56,8 +32,8 @@ def test_configs_against_float32(case, tiles):
     out = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, nq), float("nan"), device="cuda")
     hkjit.attention(q, k, v, causal=causal, out=out, lse=lse, **tiles)
-    ref_o, ref_lse = _reference(q, k, v, causal, 1 / math.sqrt(d))
-    _check(out, lse, ref_o, ref_lse, f"{case} {tiles}")
+    ref_o, ref_lse = torch_reference(q, k, v, causal, 1 / math.sqrt(d))
+    check_torch(out, lse, ref_o, ref_lse, f"{case} {tiles}")
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -68,8 +44,8 @@ def test_four_byte_aligned_rows(d):
     out = torch.full((1, 2, 300, d), float("nan"), device="cuda", dtype=torch.float16)
     lse = torch.full((1, 2, 300), float("nan"), device="cuda")
     hkjit.attention(q, k, v, causal=True, out=out, lse=lse)
-    ref_o, ref_lse = _reference(q, k, v, True, 1 / math.sqrt(d))
-    _check(out, lse, ref_o, ref_lse, f"4-byte rows D{d}")
+    ref_o, ref_lse = torch_reference(q, k, v, True, 1 / math.sqrt(d))
+    check_torch(out, lse, ref_o, ref_lse, f"4-byte rows D{d}")
 
 
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
@@ -85,6 +61,6 @@ def test_varlen_lengths(d, causal):
     hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse)
     for i in range(len(lq)):
         sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
-        ref_o, ref_lse = _reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
+        ref_o, ref_lse = torch_reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
                                     v[sk].transpose(0, 1)[None], causal, 1 / math.sqrt(d))
-        _check(out[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
+        check_torch(out[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")

@@ -13,12 +13,12 @@ tiles that do not split into whole direct-to-LDS loads of all waves, and the reg
 above 256 per lane for 8 waves (two waves per SIMD).
 """
 
-import ctypes
 import math
 
 from ..dtypes import DTYPES
 from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
+from ._attention_args import ForwardArgs, pack_forward
 
 SOURCE = "attention_fwd_cdna.hip"
 TEMPLATE = "attention_fwd_cdna"
@@ -129,31 +129,11 @@ def mfma_per_kv_block(cfg) -> int:
     return 2 * kv * WAVE_ROWS * d // (256 * cfg["mfma_k"])
 
 
-_L = ctypes.c_longlong
+Args = ForwardArgs          # the argument block every forward kernel shares
 
 
-class Args(ctypes.Structure):
-    """Mirror of attention_fwd_cdna<...>::args."""
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
-                ("lse", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)] + \
-               [(f"{t}_{s}", _L) for t in ("q", "k", "v", "o", "lse") for s in ("sb", "sh", "sr")] + \
-               [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
-                ("n_q", ctypes.c_int), ("n_k", ctypes.c_int), ("scale_log2", ctypes.c_float)]
-
-
-def fill(cfg, *, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides, cu_seqlens_q,
-         cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace=0) -> Args:
-    lb = cfg["load_bytes"]
-    for name, ptr, strides in (("q", q, q_strides), ("k", k, k_strides), ("v", v, v_strides)):
-        if int(ptr) % lb or int(strides[2]) * 2 % lb:
-            _err(f"attention: {name}'s base pointer or row stride ({strides[2]} elements) is not aligned to the "
-                 f"{lb}-byte loads this kernel was built for")
-    for name, n, strides in (("k", n_k, k_strides), ("v", n_k, v_strides)):
+def fill(cfg, *, k_strides, v_strides, **arguments) -> Args:
+    for name, strides in (("k", k_strides), ("v", v_strides)):
         if int(strides[2]) * 2 * cfg["block_kv"] >= 2 ** 31:
             _err(f"attention: {name}'s row stride {strides[2]} is too large for 32-bit buffer offsets")
-    if cfg["varlen"] and not (cu_seqlens_q and cu_seqlens_k):
-        _err("attention: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
-    vals = [int(x) for s in (q_strides, k_strides, v_strides, o_strides, lse_strides) for x in s]
-    return Args(int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
-                *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k),
-                float(scale) * math.log2(math.e))
+    return pack_forward(cfg["load_bytes"], cfg["varlen"], k_strides=k_strides, v_strides=v_strides, **arguments)

@@ -16,12 +16,12 @@ consumer thread, and S + O alone take 128), `stages` (1 to 4). Rejected before
 anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
-import ctypes
 import math
 
 from ..dtypes import DTYPES
 from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
+from ._attention_args import ForwardArgs, pack_forward
 from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
@@ -109,31 +109,11 @@ def workspace(cfg, p) -> tuple:
     return 0, 0
 
 
-_L = ctypes.c_longlong
+Args = ForwardArgs          # the argument block every forward kernel shares
 
 
-class Args(ctypes.Structure):
-    """Mirror of attention_fwd_hopper<...>::args."""
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
-                ("lse", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)] + \
-               [(f"{t}_{s}", _L) for t in ("q", "k", "v", "o", "lse") for s in ("sb", "sh", "sr")] + \
-               [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
-                ("n_q", ctypes.c_int), ("n_k", ctypes.c_int), ("scale_log2", ctypes.c_float)]
-
-
-def fill(cfg, *, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides, cu_seqlens_q,
-         cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace=0) -> Args:
-    lb = cfg["vec"] * 2
-    for name, ptr, strides in (("q", q, q_strides), ("k", k, k_strides), ("v", v, v_strides)):
-        if int(ptr) % lb or int(strides[2]) * 2 % lb:
-            _err(f"attention: {name}'s base pointer or row stride ({strides[2]} elements) is not aligned to the "
-                 f"{lb}-byte loads this kernel was built for")
+def fill(cfg, *, o, o_strides, **arguments) -> Args:
     if int(o) % 4 or int(o_strides[2]) % 2:
         _err(f"attention: out's base pointer or row stride ({o_strides[2]} elements) is not 4-byte aligned; pass a "
              "contiguous out")
-    if cfg["varlen"] and not (cu_seqlens_q and cu_seqlens_k):
-        _err("attention: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
-    vals = [int(x) for s in (q_strides, k_strides, v_strides, o_strides, lse_strides) for x in s]
-    return Args(int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
-                *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k),
-                float(scale) * math.log2(math.e))
+    return pack_forward(cfg["vec"] * 2, cfg["varlen"], o=o, o_strides=o_strides, **arguments)

@@ -1,5 +1,6 @@
-"""What the row-wise memory-bound ops (activations, softmax) share: reading an array as rows of its
-last dimension, the alignment class of a call, and checks of the row-tile overrides.
+"""What the row-wise memory-bound ops (rms_norm and the fused norms, activations, softmax, rope,
+topk) share: reading an array as rows of its last dimension, the alignment class of a call, and
+checks of the row-tile overrides.
 
 Arrays are read in place when their elements are contiguous within a row and the leading
 dimensions collapse to one row stride (any view of rows of a dense tensor does); anything else is

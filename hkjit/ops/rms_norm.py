@@ -23,8 +23,9 @@ import functools
 from .. import launch, spec as spec_mod
 from ..dtypes import DTYPES, FLOAT_OUTPUTS
 from ..errors import DTypeError, InvalidArgumentError
-from ..op import Binding, Config, Op, Param, Plan, check_tiles
+from ..op import Binding, Config, Op, Param, Plan
 from . import register
+from ._rowwise import alignment, cdiv, check_ints, pow2_at_least, rows_of
 
 SOURCE = "rms_norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
@@ -42,25 +43,11 @@ class Args(ctypes.Structure):
                 ("rows", ctypes.c_int), ("hidden", ctypes.c_int), ("eps", ctypes.c_float)]
 
 
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-def _pow2_at_least(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
     fused norms' (hkjit/ops/norms.py: `op` names them in errors; `max_elems` caps the row
     elements a thread keeps in registers: they keep fp32 rows and more per element)."""
-    check_tiles(f"{op} ({target.arch})", tiles, TILES)
-    for name, v in tiles.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidArgumentError(f"{op}: {name}={v!r}; tile overrides are ints >= 1")
+    check_ints(op, tiles, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
     max_vec = max(1, min(16, p["align"]) // itemsize)
@@ -68,12 +55,12 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     if vec not in (1, 2, 4, 8) or vec > max_vec:
         raise InvalidArgumentError(f"{op}: vec={vec}; valid: powers of two up to {max_vec} for {p['dtype']} "
                                    f"arrays aligned to {p['align']} bytes")
-    chunks_needed = _cdiv(p["hidden"], vec)
+    chunks_needed = cdiv(p["hidden"], vec)
     # Short rows (a row group narrower than a warp) do best with 2 pieces a thread and 256-thread
     # blocks; longer rows with 4 pieces and a block as wide as the row group (H100 sweeps).
     short = chunks_needed <= 2 * warp
     per_thread = 2 if short else CHUNKS_TARGET
-    row_threads = tiles.get("row_threads", min(1024, _pow2_at_least(_cdiv(chunks_needed, per_thread))))
+    row_threads = tiles.get("row_threads", min(1024, pow2_at_least(cdiv(chunks_needed, per_thread))))
     if row_threads > warp and row_threads % warp:
         raise InvalidArgumentError(f"{op}: row_threads={row_threads}; a power of two up to {warp} or a "
                                    f"multiple of the {warp}-thread warp/wave")
@@ -81,7 +68,7 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
         raise InvalidArgumentError(f"{op}: row_threads={row_threads} must be a power of two when <= {warp}")
     if max_elems is None:
         max_elems = MAX_ELEMS // 2 if itemsize == 4 and target.is_nvidia else MAX_ELEMS
-    default_chunks = min(_cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
+    default_chunks = min(cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
     chunks = tiles.get("chunks", default_chunks)
     rows = tiles.get("group_rows", 1)
     threads = tiles.get("threads", 256 if row_threads < warp else max(128, row_threads))
@@ -93,7 +80,7 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
         raise InvalidArgumentError(f"{op}: vec*chunks*group_rows = {vec * chunks * rows} elements per thread; at "
                                    f"most {4 * MAX_ELEMS} (registers)")
     rows_per_block = threads // row_threads * rows
-    row_blocks = _cdiv(p["rows"], rows_per_block)
+    row_blocks = cdiv(p["rows"], rows_per_block)
     blocks = tiles.get("blocks", row_blocks)
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=rows,
                   chunks=chunks, blocks=blocks, rows_per_block=rows_per_block)
@@ -163,7 +150,7 @@ class RmsNormOp(Op):
         if dtype not in DTYPES_IN:
             raise DTypeError(f"rms_norm: x has dtype {dtype}; it must be one of {', '.join(DTYPES_IN)}")
         hidden = X.shape[-1]
-        rows, x_stride = _rows("x", X)
+        rows, x_stride = rows_of("rms_norm", "x", X)
         if W.shape != (hidden,) or (hidden > 1 and W.strides[0] != 1):
             raise InvalidArgumentError(f"rms_norm: weight must be a contiguous ({hidden},) vector, got shape "
                                        f"{W.shape} strides {W.strides}")
@@ -174,19 +161,16 @@ class RmsNormOp(Op):
                 raise InvalidArgumentError(f"rms_norm: out has shape {O.shape}; it must be x's, {X.shape}")
             if O.dtype.name != dtype:
                 raise DTypeError(f"rms_norm: out has dtype {O.dtype.name}; it must be x's, {dtype}")
-            y_stride = _rows("out", O)[1]
+            y_stride = rows_of("rms_norm", "out", O)[1]
         else:
             y_stride = hidden
         if hidden > MAX_HIDDEN:
             raise InvalidArgumentError(f"rms_norm: hidden size {hidden} (x's last dimension); at most {MAX_HIDDEN}")
         if device is None:
             return None
-        itemsize = X.dtype.itemsize
-        align = 16
-        for ptr, stride in ((X.ptr, x_stride), (O.ptr if O is not None else 0, y_stride), (W.ptr, 0)):
-            x = ptr | (stride * itemsize if rows > 1 else 0)
-            align = min(align, x & -x) if x else align
-        request = dict(rows=rows, hidden=hidden, dtype=dtype, align=max(align, itemsize))
+        align = alignment(X.dtype.itemsize, rows, (X.ptr, x_stride), (O.ptr if O is not None else 0, y_stride),
+                          (W.ptr, 0))
+        request = dict(rows=rows, hidden=hidden, dtype=dtype, align=align)
 
         def args(ptrs, scalars):
             eps = float(scalars[0])
@@ -196,29 +180,6 @@ class RmsNormOp(Op):
                         y_row_stride=y_stride, rows=rows, hidden=hidden, eps=eps)
         outputs = {} if O is not None else {"out": (X.shape, X.dtype)}
         return Binding(request, outputs, args)
-
-
-def _rows(name, arr):
-    """(rows, row stride) of an array read as rows of its last dimension, or a clear refusal."""
-    shape, strides = arr.shape, arr.strides
-    if shape[-1] > 1 and strides[-1] != 1:
-        raise InvalidArgumentError(f"rms_norm: {name}'s last dimension is strided ({strides[-1]} elements); "
-                                   f"rows must be contiguous: pass {name}.contiguous()")
-    rows = 1
-    for n in shape[:-1]:
-        rows *= n
-    lead = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n > 1]
-    row_stride = lead[-1][1] if lead else shape[-1]
-    for (n_outer, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):
-        if s_outer != s_inner * n_inner:
-            raise InvalidArgumentError(
-                f"rms_norm: {name} with shape {shape} and strides {strides} does not collapse to rows of one "
-                f"stride; pass {name}.contiguous() or a 2-D view")
-    if row_stride < shape[-1] and rows > 1:
-        raise InvalidArgumentError(f"rms_norm: {name}'s rows overlap (row stride {row_stride} < {shape[-1]})")
-    if rows >= 2 ** 31:
-        raise InvalidArgumentError(f"rms_norm: {rows} rows; at most 2**31 - 1")
-    return rows, row_stride
 
 
 def _fill(cfg, *, x, weight, y, x_row_stride, y_row_stride, rows, hidden, eps, workspace=0) -> Args:

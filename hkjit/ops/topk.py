@@ -27,6 +27,7 @@ from ..dtypes import DTYPES, FLOAT_OUTPUTS
 from ..errors import DTypeError, InvalidArgumentError
 from ..op import Binding, Config, Op, Param, Plan, check_tiles
 from . import register
+from ._rowwise import alignment, cdiv, pow2_at_least, rows_of
 
 SOURCE = "topk.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32 values; indices are int64 (as torch.topk's)
@@ -42,17 +43,6 @@ STREAM_THREADS = {"nvidia": 256, "amd": 512}   # and several blocks per SM / CU,
 MAX_SPLIT = 16                      # parts of a streamed row (their survivors meet in a 2048-entry buffer)
 SPLIT_BLOCKS = 256                  # streamed rows are split so that at least about this many blocks run,
 PART_BYTES = 64 << 10               # and into parts of about 64 KiB (re-read from L2 by the second pass)
-
-
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-def _pow2_at_least(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 class Args(ctypes.Structure):
@@ -75,7 +65,7 @@ def configure(target, p, tiles) -> Config:
     if vec not in (1, 2, 4, 8) or vec > max_vec:
         raise InvalidArgumentError(f"topk: vec={vec}; valid: powers of two up to {max_vec} for {p['dtype']} "
                                    f"arrays aligned to {p['align']} bytes")
-    pieces = _cdiv(n, vec)
+    pieces = cdiv(n, vec)
     max_keys = MAX_KEYS if target.is_nvidia else MAX_KEYS_AMD
     # Rows in registers only when a warp holds them: a block-wide row group would search bit by bit
     # with every key (32 steps of compare-and-add per fp32 key, and two block barriers a step),
@@ -91,10 +81,10 @@ def configure(target, p, tiles) -> Config:
             raise InvalidArgumentError(f"topk: row_threads={row_threads}; streamed rows take the whole block "
                                        f"(row_threads = threads = {threads})")
     else:
-        default_rt = max(min(warp, _pow2_at_least(pieces)), _pow2_at_least(_cdiv(n, max_keys)))
+        default_rt = max(min(warp, pow2_at_least(pieces)), pow2_at_least(cdiv(n, max_keys)))
         row_threads = tiles.get("row_threads", default_rt)
         threads = tiles.get("threads", 256 if row_threads <= warp else row_threads)
-        chunks = tiles.get("chunks", _cdiv(pieces, row_threads))
+        chunks = tiles.get("chunks", cdiv(pieces, row_threads))
         if row_threads <= warp and row_threads & (row_threads - 1):
             raise InvalidArgumentError(f"topk: row_threads={row_threads} must be a power of two when <= {warp}")
         if row_threads > warp and row_threads != threads:
@@ -114,13 +104,13 @@ def configure(target, p, tiles) -> Config:
         raise InvalidArgumentError(f"topk: threads={threads} with row_threads={row_threads}: the row groups' "
                                    f"survivor buffers exceed {STATIC_SMEM} bytes of static shared memory; "
                                    "use fewer threads or wider row groups")
-    steps = _cdiv(p["rows"], threads // row_threads)
+    steps = cdiv(p["rows"], threads // row_threads)
     if "split" in tiles and not stream:
         raise InvalidArgumentError("topk: split= is for streamed rows (stream=1)")
-    parts = max(_cdiv(SPLIT_BLOCKS, p["rows"]), _cdiv(n * itemsize, PART_BYTES))
-    split = tiles.get("split", max(1, min(MAX_SPLIT, parts, _cdiv(n, cols))) if stream else 1)
-    if split > MAX_SPLIT or split > _cdiv(n, cols):
-        raise InvalidArgumentError(f"topk: split={split}; at most {MAX_SPLIT} and at most the {_cdiv(n, cols)} "
+    parts = max(cdiv(SPLIT_BLOCKS, p["rows"]), cdiv(n * itemsize, PART_BYTES))
+    split = tiles.get("split", max(1, min(MAX_SPLIT, parts, cdiv(n, cols))) if stream else 1)
+    if split > MAX_SPLIT or split > cdiv(n, cols):
+        raise InvalidArgumentError(f"topk: split={split}; at most {MAX_SPLIT} and at most the {cdiv(n, cols)} "
                                    f"column blocks of {cols} in a row")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
                   stream=stream, split=split, blocks=steps)
@@ -201,7 +191,7 @@ class TopkOp(Op):
                                        f"(n = {n}, x's last dimension)")
         if n > MAX_N:
             raise InvalidArgumentError(f"topk: row length {n} (x's last dimension); at most {MAX_N}")
-        rows, x_stride = _rows("x", X)
+        rows, x_stride = rows_of("topk", "x", X)
         out_shape = X.shape[:-1] + (k,)
         strides = {}
         for name, arr, want in (("values", V, dtype), ("indices", I, "int64")):
@@ -212,13 +202,10 @@ class TopkOp(Op):
                 raise InvalidArgumentError(f"topk: out_{name} has shape {arr.shape}; it must be {out_shape}")
             if arr.dtype.name != want:
                 raise DTypeError(f"topk: out_{name} has dtype {arr.dtype.name}; it must be {want}")
-            strides[name] = _rows(f"out_{name}", arr)[1]
+            strides[name] = rows_of("topk", f"out_{name}", arr)[1]
         if device is None:
             return None
-        itemsize = X.dtype.itemsize
-        x = X.ptr | (x_stride * itemsize if rows > 1 else 0)
-        align = min(16, x & -x) if x else 16
-        request = dict(rows=rows, n=n, dtype=dtype, align=max(align, itemsize))
+        request = dict(rows=rows, n=n, dtype=dtype, align=alignment(X.dtype.itemsize, rows, (X.ptr, x_stride)))
 
         def args(ptrs, scalars):
             return dict(x=ptrs["x"], values=ptrs["values"], indices=ptrs["indices"], workspace=ptrs["workspace"],
@@ -231,28 +218,6 @@ class TopkOp(Op):
         if I is None:
             outputs["indices"] = (out_shape, DTYPES["int64"])
         return Binding(request, outputs, args, returns=("values", "indices"))
-
-
-def _rows(name, arr):
-    """(rows, row stride) of an array read as rows of its last dimension, or a clear refusal."""
-    shape, strides = arr.shape, arr.strides
-    if shape[-1] > 1 and strides[-1] != 1:
-        raise InvalidArgumentError(f"topk: {name}'s last dimension is strided ({strides[-1]} elements); "
-                                   f"rows must be contiguous: pass {name}.contiguous()")
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    lead = [(d, s) for d, s in zip(shape[:-1], strides[:-1]) if d > 1]
-    row_stride = lead[-1][1] if lead else shape[-1]
-    for (_, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):
-        if s_outer != s_inner * n_inner:
-            raise InvalidArgumentError(f"topk: {name} with shape {shape} and strides {strides} does not collapse "
-                                       f"to rows of one stride; pass {name}.contiguous() or a 2-D view")
-    if row_stride < shape[-1] and rows > 1:
-        raise InvalidArgumentError(f"topk: {name}'s rows overlap (row stride {row_stride} < {shape[-1]})")
-    if rows >= 2 ** 31:
-        raise InvalidArgumentError(f"topk: {rows} rows; at most 2**31 - 1")
-    return rows, row_stride
 
 
 def _fill(*, x, values, indices, workspace, x_row_stride, values_row_stride, indices_row_stride, rows, n,

@@ -1,0 +1,35 @@
+"""The forward attention kernels' argument block, the same on every target (attention_fwd_cdna<...>
+and attention_fwd_hopper<...> declare one `args` layout), and the checks and packing both per-arch
+`fill`s share."""
+
+import ctypes
+import math
+
+from ..errors import InvalidArgumentError
+
+_L = ctypes.c_longlong
+
+
+class ForwardArgs(ctypes.Structure):
+    """Mirror of attention_fwd_cdna<...>::args and attention_fwd_hopper<...>::args."""
+    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
+                ("lse", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)] + \
+               [(f"{t}_{s}", _L) for t in ("q", "k", "v", "o", "lse") for s in ("sb", "sh", "sr")] + \
+               [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
+                ("n_q", ctypes.c_int), ("n_k", ctypes.c_int), ("scale_log2", ctypes.c_float)]
+
+
+def pack_forward(load_bytes, varlen, *, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides,
+                 cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace=0) -> ForwardArgs:
+    """The argument block, after the checks every forward kernel needs: q, k and v base pointers and
+    row strides aligned to the kernel's `load_bytes`-byte loads, cu_seqlens given to a varlen kernel."""
+    for name, ptr, strides in (("q", q, q_strides), ("k", k, k_strides), ("v", v, v_strides)):
+        if int(ptr) % load_bytes or int(strides[2]) * 2 % load_bytes:
+            raise InvalidArgumentError(f"attention: {name}'s base pointer or row stride ({strides[2]} elements) is "
+                                       f"not aligned to the {load_bytes}-byte loads this kernel was built for")
+    if varlen and not (cu_seqlens_q and cu_seqlens_k):
+        raise InvalidArgumentError("attention: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
+    vals = [int(x) for s in (q_strides, k_strides, v_strides, o_strides, lse_strides) for x in s]
+    return ForwardArgs(int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
+                       *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k),
+                       float(scale) * math.log2(math.e))
