@@ -456,7 +456,8 @@ def compile_valu(o, inst, m):
         return _compile_move(o, inst, dk)
     e64 = fam == "VOP3"
     lit = f.get("literal")
-    srcs = [f["src0"], f.get("vsrc1", 0) + 256 if fam == "VOP2" else f.get("src1"), f.get("src2")]
+    vsrc1 = f.get("vsrc1", 0) + (0 if f.get("src1_sgpr") else 256)    # SDWA's S1 bit names an SGPR
+    srcs = [f["src0"], vsrc1 if fam == "VOP2" else f.get("src1"), f.get("src2")]
     if name.startswith(("v_fmac_", "v_mac_")) or name in ACCUMULATE:
         srcs[2] = f["vdst"] + 256          # accumulates into the destination
     if name in K_LITERAL:                  # v_fmamk_f32 / v_fmaak_f32 ...: K is the trailing literal
@@ -481,8 +482,6 @@ def compile_valu(o, inst, m):
             if inst.sub == "sdwa" and i < 2:
                 sel = f["src0_sel"] if i == 0 else f["src1_sel"]
                 sext = f["src0_sext"] if i == 0 else f["src1_sext"]
-                if i == 1 and f.get("src1_sgpr"):
-                    rd = o.src32(f["src1"] if "src1" in f else v - 256, k)
                 if sel != 6 or sext:
                     rd = (lambda rd, sel, sext: lambda g: _sdwa_sel(rd(g), sel, sext))(rd, sel, sext)
         hi = bool(opsel >> i & 1) and WIDTH[k] == 16

@@ -60,7 +60,7 @@ def compile_vopc(o, inst, m):
     lit = f.get("literal")
     is_class = opn == "class"
     kinds = (typ, "u32") if is_class else (typ, typ)
-    srcs = [f["src0"], f["src1"] if e64 else f["vsrc1"] + 256]
+    srcs = [f["src0"], f["src1"] if e64 else f["vsrc1"] + (0 if f.get("src1_sgpr") else 256)]   # SDWA S1: an SGPR
     neg = f.get("neg", 0) if (e64 or inst.sub) else 0
     ab = f.get("abs", 0) if (e64 or inst.sub) else 0
     readers = []

@@ -90,6 +90,17 @@ def test_sdwa(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_sdwa_sgpr_operand(arch):
+    """SDWA's S1 bit: the second operand is an SGPR, not the VGPR of the same number."""
+    x = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    y = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    s = np.uint32(0x8000)
+    _, _, o = run(code(arch), "sdwa_sgpr", arch, (1, 1, 1), (64, 1, 1), [x, y, int(s), np.zeros(128, np.uint32)])
+    np.testing.assert_array_equal(o[0::2], ((x & 0xFFFF) < s).astype(np.uint32))
+    np.testing.assert_array_equal(o[1::2], ((y >> 16) + s).astype(np.uint32))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_packed(arch):
     a, b = rng.standard_normal((64, 2)).astype(np.float32), rng.standard_normal((64, 2)).astype(np.float32)
     h = rng.standard_normal((64, 2)).astype(np.float16)

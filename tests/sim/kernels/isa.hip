@@ -71,6 +71,18 @@ extern "C" __global__ void sdwa(const u32* x, const u32* y, u32* o) {
   o[i] = d;
 }
 
+// SDWA with an SGPR second operand (the S1 bit): compare the low word of x with s, add s to y's high word
+extern "C" __global__ void sdwa_sgpr(const u32* x, const u32* y, u32 s, u32* o) {
+  int i = TID;
+  u32 lt, sum;
+  asm volatile("v_cmp_lt_u32_sdwa vcc, %1, %2 src0_sel:WORD_0 src1_sel:DWORD\n\t"
+               "v_cndmask_b32 %0, 0, 1, vcc" : "=v"(lt) : "v"(x[i]), "s"(s) : "vcc");
+  asm volatile("v_add_u32_sdwa %0, %1, %2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1 src1_sel:DWORD"
+               : "=v"(sum) : "v"(y[i]), "s"(s));
+  o[2 * i] = lt;
+  o[2 * i + 1] = sum;
+}
+
 // packed math: v_pk_fma_f32 / v_pk_mul_f32 (gfx90a+) and half2 ops
 typedef float f32x2 __attribute__((ext_vector_type(2)));
 typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
