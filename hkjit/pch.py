@@ -15,8 +15,10 @@ optimiser and code generator, which a PCH cannot touch, take the rest.
   before. The compiler reads a private copy of the checked bytes; clang also checks each header
   against the PCH (by content) before it uses it.
 * NVRTC (pch_scope "process"): its PCH can only be read by the process that wrote it (a dump of
-  its PCH heap, mapped at a random address per process), so it is written during a process's first
-  compile of a source into a private temporary folder and used by that process's later compiles.
+  its PCH heap, mapped at a random address per process), so it lives in a private temporary folder
+  for the life of the process. Writing it costs about what using it saves once (the front end
+  takes twice as long), so a process writes one at its second compile of a source and uses it from
+  the third on: one compile per source costs nothing more, a sweep of many gains.
 * Same key, same bytes: the code object is the same with or without a PCH (tests compare them);
   the kernel's cache key never depends on whether one was used.
 * A PCH problem never fails a build: when a compile with a PCH fails, the unit is compiled
@@ -47,6 +49,7 @@ from .errors import CacheWarning, CompileError
 _OFF = ("0", "off", "false", "no")
 _given_up: set = set()          # PCH keys this process stopped trying (a failure, or NVRTC would not create it)
 _process_pchs: dict = {}        # NVRTC: PCH key -> file this process created
+_process_seen: set = set()      # NVRTC: PCH keys this process compiled once without one
 _process_state = {"pid": None, "dir": None}
 _nvrtc_pch = threading.Lock()   # one NVRTC compile with a PCH at a time; others compile without
 
@@ -157,6 +160,9 @@ def _with_process_pch(comp, text, path, spec, include_dirs, key, plain) -> Compi
                 _given_up.add(key)
                 result.pch = "off"
             return result
+        if key not in _process_seen:
+            _process_seen.add(key)
+            return plain("off")
         target = _process_dir() / f"{key[:32]}.pch"
         result = comp.compile(text, path, spec.target, include_dirs, spec.entry, PchUse(target, create=True))
         if result.pch == "created":
@@ -187,6 +193,7 @@ def _this_process_pchs() -> dict:
     """NVRTC's PCHs of this process (a forked child starts with none of its own)."""
     if _process_state["pid"] != os.getpid():
         _process_pchs.clear()
+        _process_seen.clear()
         _process_state.update(pid=os.getpid(), dir=None)
     return _process_pchs
 
@@ -210,3 +217,4 @@ def reset(process_pchs: bool = False) -> None:
     _given_up.clear()
     if process_pchs:
         _process_pchs.clear()
+        _process_seen.clear()

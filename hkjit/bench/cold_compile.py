@@ -7,8 +7,8 @@ cache holds, each op at its default shape on each target; with and without preco
 Per op and target, in one process whose compilers were found and asked their versions first (no
 row pays for that), three builds into empty kernel caches:
   no PCH      HKJIT_PCH=0
-  first       PCH on, nothing built before: clang builds the PCH beside this compile, NVRTC
-              writes it during this compile
+  first       PCH on, nothing built before: clang builds the PCH beside this compile; NVRTC
+              compiles without one (it writes one at a process's second compile of a source)
   PCH reused  the kernel cache emptied again, the PCH kept: clang's on disk, as any later
               process finds it; NVRTC's in this process, the only one that can read it
 and whether the three code objects are byte-identical (they must be).
@@ -104,10 +104,13 @@ def _one(op, target, shape, folder: Path) -> dict:
         _forget_kernels()
         t_first, first = _timed(op, target, shape)
         root = cache.default_cache().root
-        for kept_out in ("entries", "index"):   # the kernel is gone; its PCH is not
-            shutil.rmtree(root / kept_out, ignore_errors=True)
-        _forget_kernels()
-        t_reused, reused = _timed(op, target, shape)
+        for _ in range(3):   # NVRTC writes its PCH at a process's second compile of a source
+            for kept_out in ("entries", "index"):   # the kernel is gone; its PCH is not
+                shutil.rmtree(root / kept_out, ignore_errors=True)
+            _forget_kernels()
+            t_reused, reused = _timed(op, target, shape)
+            if reused.meta.get("pch") != "created":
+                break
     return {"compiler": off.meta.get("compiler", "").split(" | ")[0], "no_pch": t_off, "first": t_first,
             "pch_reused": t_reused, "first_pch": first.meta.get("pch"), "reused_pch": reused.meta.get("pch"),
             "compiler_seconds": [off.meta.get("compile_seconds"), first.meta.get("compile_seconds"),
@@ -253,8 +256,8 @@ def markdown(results: dict) -> list[str]:
     if rows:
         out += ["", "## JIT: cold compile, each op at its default shape",
                 "", "Seconds of `hkjit.build` into an empty kernel cache (`python -m hkjit.bench.cold_compile`). "
-                "*first*: nothing built before (clang builds the PCH beside the compile, NVRTC writes it "
-                "during the compile); *PCH reused*: the kernel cache emptied, the PCH kept (clang: on disk; "
+                "*first*: nothing built before (clang builds the PCH beside the compile; NVRTC compiles "
+                "without one and writes it at the process's second compile of the source); *PCH reused*: the kernel cache emptied, the PCH kept (clang: on disk; "
                 "NVRTC: in the same process, the only one that can read it).", "",
                 "| op | target | compiler | no PCH | first | PCH reused | same bytes |", "|---|---|---|---|---|---|---|"]
         for r in rows:
