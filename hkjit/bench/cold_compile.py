@@ -9,8 +9,9 @@ row pays for that), three builds into empty kernel caches:
   no PCH      HKJIT_PCH=0
   first       PCH on, nothing built before: clang builds the PCH beside this compile; NVRTC
               compiles without one (it writes one at a process's second compile of a source)
-  PCH reused  the kernel cache emptied again, the PCH kept: clang's on disk, as any later
-              process finds it; NVRTC's in this process, the only one that can read it
+  PCH reused  the kernel cache emptied again and the PCH kept (clang's on disk, as any later
+              process finds it; NVRTC's in this process, the only one that can read it), the
+              PCH made by first compiling another specialisation of the same source
 and whether the three code objects are byte-identical (they must be).
 
 --breakdown: where one compile's time goes (clang -ftime-report groups and its slowest passes;
@@ -95,6 +96,25 @@ def cold_compile(names=None, wanted=DEFAULT_TARGETS, log=print) -> list[dict]:
     return rows
 
 
+def _sibling(op: str, target: str, shape: dict) -> dict | None:
+    """Parameters of another specialisation of the same kernel source (half of one extent, or
+    another dtype), or None. The PCH-reused figure compiles it first, so that its own compile is
+    of a program this process has not compiled before: NVRTC 13.0 returns a program it compiled
+    before, with a PCH, from a cache of its own at once (measured), which would time nothing."""
+    the_op = ops.get(op)
+    own = spec.render(the_op.plan(target, **shape).spec)
+    tries = [{**shape, k: v // 2} for k, v in shape.items() if isinstance(v, int) and v >= 32]
+    tries += [{**shape, "dtype": d} for d in ("float16", "bfloat16", "float32")]
+    for params in tries:
+        try:
+            other = the_op.plan(target, **params).spec
+        except Exception:   # noqa: BLE001  not a valid variation for this op
+            continue
+        if other.source == the_op.plan(target, **shape).spec.source and spec.render(other) != own:
+            return params
+    return None
+
+
 def _one(op, target, shape, folder: Path) -> dict:
     with _env(HKJIT_CACHE_DIR=str(folder / "off"), HKJIT_PCH="0"):
         _forget_kernels()
@@ -104,26 +124,38 @@ def _one(op, target, shape, folder: Path) -> dict:
         _forget_kernels()
         t_first, first = _timed(op, target, shape)
         root = cache.default_cache().root
-        for _ in range(3):   # NVRTC writes its PCH at a process's second compile of a source
-            for kept_out in ("entries", "index"):   # the kernel is gone; its PCH is not
+        sibling = _sibling(op, target, shape)
+        reused = None
+        if sibling is not None:
+            # NVRTC writes its PCH at a process's second compile of a source: the sibling's
+            for _ in range(2):
+                shutil.rmtree(root / "entries", ignore_errors=True)
+                shutil.rmtree(root / "index", ignore_errors=True)
+                _forget_kernels()
+                if _timed(op, target, sibling)[1].meta.get("pch") != "created":
+                    break
+            for kept_out in ("entries", "index"):   # the kernels are gone; the PCH is not
                 shutil.rmtree(root / kept_out, ignore_errors=True)
             _forget_kernels()
             t_reused, reused = _timed(op, target, shape)
-            if reused.meta.get("pch") != "created":
-                break
-    return {"compiler": off.meta.get("compiler", "").split(" | ")[0], "no_pch": t_off, "first": t_first,
-            "pch_reused": t_reused, "first_pch": first.meta.get("pch"), "reused_pch": reused.meta.get("pch"),
-            "compiler_seconds": [off.meta.get("compile_seconds"), first.meta.get("compile_seconds"),
-                                 reused.meta.get("compile_seconds")],
-            "identical": off.code == first.code == reused.code, "key_identical": off.key == first.key == reused.key}
+    row = {"compiler": off.meta.get("compiler", "").split(" | ")[0], "no_pch": t_off, "first": t_first,
+           "first_pch": first.meta.get("pch"), "identical": off.code == first.code, "key_identical": off.key == first.key,
+           "compiler_seconds": [off.meta.get("compile_seconds"), first.meta.get("compile_seconds")]}
+    if reused is not None:
+        row.update(pch_reused=t_reused, reused_pch=reused.meta.get("pch"), sibling=sibling,
+                   identical=row["identical"] and reused.code == off.code,
+                   key_identical=row["key_identical"] and reused.key == off.key)
+        row["compiler_seconds"].append(reused.meta.get("compile_seconds"))
+    return row
 
 
 def _line(r: dict) -> str:
     if "error" in r:
         return f"  {r['op']:24s} {r['target']:7s} {r['error']}"
+    reused = (f"PCH reused {r['pch_reused']:.3f} s ({r['reused_pch']})" if "pch_reused" in r
+              else "PCH reused: no other specialisation of this source to build it with")
     return (f"  {r['op']:24s} {r['target']:7s} no PCH {r['no_pch']:.3f} s, first {r['first']:.3f} s "
-            f"({r['first_pch']}), PCH reused {r['pch_reused']:.3f} s ({r['reused_pch']}), "
-            f"identical bytes: {r['identical']}")
+            f"({r['first_pch']}), {reused}, identical bytes: {r['identical']}")
 
 
 # ------------------------------------------------------------------------------ where the time goes
@@ -170,23 +202,33 @@ def _clang_breakdown(comp, the_spec, folder: Path) -> list[dict]:
     return rows
 
 
-def _nvrtc_breakdown(comp, the_spec, folder: Path) -> list[dict]:
+def _nvrtc_breakdown(comp, the_spec, sibling, folder: Path) -> list[dict]:
+    """NVRTC's --time phases: the unit without a PCH, a sibling unit writing the PCH, then the unit
+    with it. --no-cache where NVRTC takes it: NVRTC 13.0 otherwise returns a program it compiled
+    before (with a PCH) from a cache of its own, and there would be nothing to time."""
     from cuda.bindings import nvrtc as nv
     dirs = [spec.include_dir(), spec.kernel_sources_dir()]
-    text = spec.render(the_spec).encode()
+    pch_file = folder / "unit.pch"
+    modes = [("no PCH", the_spec, [])]
+    if comp.pch_scope and sibling is not None:
+        modes += [("PCH written (another unit)", sibling, [f"--create-pch={pch_file}"]),
+                  ("PCH used", the_spec, [f"--use-pch={pch_file}"])]
+    no_cache = ["--no-cache"]
     rows = []
-    modes = [("no PCH", [])]
-    if comp.pch_scope:
-        modes += [("PCH written", [f"--create-pch={folder / 'unit.pch'}"]),
-                  ("PCH used", [f"--use-pch={folder / 'unit.pch'}"])]
-    for label, extra in modes:
+    for label, unit, extra in modes:
         csv = folder / f"time-{len(rows)}.csv"
-        opts = [o.encode() for o in (*comp.flags(the_spec.target, dirs), *extra, f"--time={csv}")]
-        prog = nv.nvrtcCreateProgram(text, b"unit.cu", 0, [], [])[1]
-        t0 = time.perf_counter()
-        err = nv.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        wall = time.perf_counter() - t0
-        nv.nvrtcDestroyProgram(prog)
+        text = spec.render(unit).encode()
+        while True:
+            opts = [o.encode() for o in (*comp.flags(unit.target, dirs), *extra, *no_cache, f"--time={csv}")]
+            prog = nv.nvrtcCreateProgram(text, b"unit.cu", 0, [], [])[1]
+            t0 = time.perf_counter()
+            err = nv.nvrtcCompileProgram(prog, len(opts), opts)[0]
+            wall = time.perf_counter() - t0
+            nv.nvrtcDestroyProgram(prog)
+            if err == nv.nvrtcResult.NVRTC_ERROR_INVALID_OPTION and no_cache:
+                no_cache = []   # an NVRTC older than its cache (12.9)
+                continue
+            break
         if err != nv.nvrtcResult.NVRTC_SUCCESS:
             raise RuntimeError(f"NVRTC failed ({err.name}) with {extra}")
         phases = {}
@@ -209,7 +251,9 @@ def breakdown(op="gemm", wanted=DEFAULT_TARGETS, log=print) -> list[dict]:
             if comp.name == "clang":
                 got = _clang_breakdown(comp, the_spec, Path(tmp))
             elif comp.name == "nvrtc":
-                got = _nvrtc_breakdown(comp, the_spec, Path(tmp))
+                params = _sibling(op, target, ops.get(op).default_shape)
+                sibling = ops.get(op).plan(target, **params).spec if params else None
+                got = _nvrtc_breakdown(comp, the_spec, sibling, Path(tmp))
             else:
                 continue
         for r in got:
@@ -257,7 +301,8 @@ def markdown(results: dict) -> list[str]:
         out += ["", "## JIT: cold compile, each op at its default shape",
                 "", "Seconds of `hkjit.build` into an empty kernel cache (`python -m hkjit.bench.cold_compile`). "
                 "*first*: nothing built before (clang builds the PCH beside the compile; NVRTC compiles "
-                "without one and writes it at the process's second compile of the source); *PCH reused*: the kernel cache emptied, the PCH kept (clang: on disk; "
+                "without one and writes it at the process's second compile of the source); *PCH reused*: the kernel "
+                "cache emptied, a PCH made by compiling another specialisation of the source (clang: on disk; "
                 "NVRTC: in the same process, the only one that can read it).", "",
                 "| op | target | compiler | no PCH | first | PCH reused | same bytes |", "|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -267,8 +312,9 @@ def markdown(results: dict) -> list[str]:
                 out.append(f"| {r['op']} | {r['target']} | {str(r.get('compiler', '')).split(' | ')[0]} | "
                            f"{r.get('seconds', float('nan')):.2f} | | | |")
             else:
+                reused = f"{r['pch_reused']:.2f} ({r['reused_pch']})" if "pch_reused" in r else "n/a"
                 out.append(f"| {r['op']} | {r['target']} | {r['compiler']} | {r['no_pch']:.2f} | {r['first']:.2f} | "
-                           f"{r['pch_reused']:.2f} ({r['reused_pch']}) | {'yes' if r['identical'] else 'NO'} |")
+                           f"{reused} | {'yes' if r['identical'] else 'NO'} |")
     if results.get("cold_breakdown"):
         out += ["", "Where one compile's time goes (default GEMM; seconds):", "",
                 "| target | mode | wall | phases | slowest passes |", "|---|---|---|---|---|"]
