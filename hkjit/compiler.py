@@ -310,6 +310,11 @@ class NvrtcCompiler(Compiler):
         major, minor = self._check(nvrtc.nvrtcVersion(), "nvrtcVersion")
         if (major, minor) >= (12, 8) and hasattr(nvrtc, "nvrtcGetPCHCreateStatus"):
             self.pch_scope = "process"
+        # NVRTC >= 12.9 keeps a cache of its own, on disk (~/.nv/ComputeCache, seen with NVRTC 13.0
+        # on an H200 host), and answers from it when a PCH is in use: files outside hkjit's folders,
+        # unchecked, and a second cache beside hkjit's. --no-cache changes no code object (tests
+        # compare), so like the PCH options it stays out of `flags` and the key.
+        self.runtime_options = ["--no-cache"] if (major, minor) >= (12, 9) else []
 
     def _check(self, result, what, program=None, source_path=None, cmd=None):
         err, *rest = result
@@ -337,9 +342,9 @@ class NvrtcCompiler(Compiler):
 
     def compile(self, source, source_path, target, include_dirs, kernel, pch=None):
         nv = self._nvrtc
-        opts = self.flags(target, include_dirs)
+        opts = [*self.flags(target, include_dirs), *self.runtime_options]
         if pch is not None:
-            opts = [*opts, f"--{'create' if pch.create else 'use'}-pch={pch.path}"]
+            opts.append(f"--{'create' if pch.create else 'use'}-pch={pch.path}")
         cmd = ["nvrtc", *opts, str(source_path)]
         prog = self._check(nv.nvrtcCreateProgram(source.encode(), str(source_path).encode(), 0, [], []),
                            "nvrtcCreateProgram", cmd=cmd, source_path=source_path)

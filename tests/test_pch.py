@@ -100,6 +100,26 @@ def test_nvrtc_pch_same_bytes_within_a_process(sources, cache_dir, monkeypatch):
     assert not _pch_files(cache_dir)   # NVRTC's PCH never goes to the cache: no other process could read it
 
 
+@needs_nvrtc
+def test_nvrtc_keeps_no_cache_of_its_own(sources, tmp_path):
+    """NVRTC >= 12.9 would keep compiled programs in ~/.nv/ComputeCache: hkjit turns that off, and
+    the option changes no byte of the code object."""
+    comp = hkjit.compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
+    if not comp.runtime_options:
+        pytest.skip("this NVRTC has no cache of its own (< 12.9)")
+    unit = tmp_path / "unit.cu"
+    unit.write_text(spec_mod.render(_spec("sm_90a", 3)))
+    dirs = [spec_mod.include_dir(), spec_mod.kernel_sources_dir()]
+    with_option = comp.compile(unit.read_text(), unit, targets.parse("sm_90a"), dirs, "hkjit_scale")
+    comp.runtime_options = []
+    try:
+        without = comp.compile(unit.read_text(), unit, targets.parse("sm_90a"), dirs, "hkjit_scale")
+    finally:
+        comp.runtime_options = ["--no-cache"]
+    assert with_option.code == without.code
+    assert "--no-cache" not in comp.flags(targets.parse("sm_90a"), dirs)   # not part of the key
+
+
 CHILD = """
 import json, sys, hkjit
 b = hkjit.build(sys.argv[1], target="gfx950", rows=64, cols=256)
