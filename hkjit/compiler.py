@@ -220,7 +220,7 @@ def write_private(path: Path, data: bytes) -> None:
 
 def output_path(source_path: Path, tag: str = "") -> Path:
     """A compiler's scratch file beside the generated source (see _output_path); `tag` tells
-    several apart (a PCH's prefix unit, the PCH itself)."""
+    several apart (a PCH being built, the private copy of a PCH a compile reads)."""
     return _output_path(Path(source_path), tag)
 
 

@@ -244,3 +244,20 @@ def test_parallel_precompile_gives_the_serial_kernels(cache_dir, tmp_path):
         bundle = hkjit.cache.Bundle(report.bundle)
         kernels[n] = {r["key"]: bundle.get(r["key"]).code for r in bundle.manifest["entries"]}
     assert kernels[1] == kernels[4] and len(kernels[1]) == 4
+
+
+@needs_clang
+def test_cold_compile_benchmark_reports_pch_and_same_bytes(cache_dir):
+    """`python -m hkjit.bench.cold_compile` on one small op: the three builds agree byte for byte,
+    the PCH is used once it exists, and clang's own report is read (figures, not timings, checked)."""
+    from hkjit.bench import cold_compile
+    (row,) = cold_compile.cold_compile(["relu"], ("gfx950",), log=lambda line: None)
+    assert row["identical"] and row["key_identical"], row
+    assert (row["first_pch"], row["reused_pch"]) == ("built", "used")
+    rows = cold_compile.breakdown("relu", ("gfx950",), log=lambda line: None)
+    assert [r["mode"] for r in rows] == ["no PCH", "PCH"]
+    for r in rows:
+        assert {"Front end", "Optimizer", "Machine code generation"} <= set(r["phases"]) and r["top_passes"]
+    text = "\n".join(cold_compile.markdown({"cold_compile": [row], "cold_breakdown": rows}))
+    assert "| relu | gfx950 |" in text and "(used) | yes |" in text
+    assert os.environ["HKJIT_CACHE_DIR"] == str(cache_dir)   # the benchmark put the environment back
