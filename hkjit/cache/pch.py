@@ -15,6 +15,7 @@ between the check and the compile. A PCH is only a speed-up: any failure to read
 here leaves the compile to run without one or to keep the PCH in memory."""
 
 import os
+from contextlib import suppress
 
 from .entry import CorruptEntryError, encode_entry, read_entry_file, write_atomically
 from .key import check_key
@@ -71,8 +72,11 @@ class PchStore:
             data = self.get(key)   # built by another process while we waited
             if data is not None:
                 return data, False
-            data, meta = build()
             path = self.path(key)
+            for stale in path.parent.glob(f".{key}.*.tmp") if path.parent.is_dir() else ():
+                with suppress(OSError):   # a writer killed mid-write: we hold its key's lock
+                    stale.unlink()
+            data, meta = build()
             try:
                 self.cache.mkdirs(path.parent.relative_to(self.cache.root))
                 write_atomically(path, encode_entry(key, data, meta))
