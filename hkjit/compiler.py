@@ -3,6 +3,13 @@
 Every driver compiles the same generated unit with the same pinned options for a target (C++20,
 full optimisation, the exact target id), so a cache entry built by one path equals in meaning one
 built by another. Each driver's identity (name + version) goes into the cache key.
+
+Two drivers can parse a kernel source and the tile-library headers it includes once and reuse the
+result (a precompiled header, PCH; policy and storage in hkjit/pch.py). `pch_scope` says how far a
+driver's PCH reaches: "disk" (clang: a file any later process can use), "process" (NVRTC >= 12.8:
+its PCH is a dump of a heap that lies at a random address in each process, so only the process
+that wrote it can read it), or None. A PCH never changes the code object, only the front end's
+time; the options that name it are not part of `flags`, so neither is it part of the cache key.
 """
 
 import functools
@@ -54,12 +61,21 @@ class CompileResult:
     log: str
     meta: dict = field(default_factory=dict)
     ptx: str = ""   # NVRTC only: the PTX it produced on the way (for inspection and tests)
+    pch: str = ""   # what a precompiled header did: "used", "created" (NVRTC), "" none (hkjit/pch.py adds more)
+
+
+@dataclass(frozen=True)
+class PchUse:
+    """A precompiled header for one compile: read it, or (NVRTC, create=True) write it while compiling."""
+    path: Path
+    create: bool = False
 
 
 class Compiler:
     """One way of turning a source unit into a code object for a vendor's targets."""
     name = ""
     vendor = ""
+    pch_scope = None   # "disk", "process" or None: see the module docstring
 
     @functools.cached_property
     def identity(self) -> str:
@@ -80,8 +96,14 @@ class Compiler:
     def flags(self, target: Target, include_dirs) -> list[str]:
         raise NotImplementedError
 
-    def compile(self, source: str, source_path: Path, target: Target, include_dirs, kernel: str) -> CompileResult:
+    def compile(self, source: str, source_path: Path, target: Target, include_dirs, kernel: str,
+                pch: PchUse | None = None) -> CompileResult:
         raise NotImplementedError
+
+    def build_pch(self, header: Path, source_path: Path, target: Target, include_dirs) -> bytes:
+        """A precompiled header of the kernel source `header` (pch_scope "disk" only); scratch files
+        go beside the generated unit at `source_path`."""
+        raise NotImplementedError(f"{self.name} builds no precompiled header files")
 
     def static_info(self, code: bytes, log: str, kernel: str) -> dict:
         if self.vendor == "amd":
@@ -153,22 +175,23 @@ class _SubprocessCompiler(Compiler):
 
     def version(self) -> str:
         try:
-            out = subprocess.run([self.path, "--version"], capture_output=True, text=True, errors="replace",
-                                 timeout=60)
+            text = _version_text(self.path)
         except (OSError, subprocess.SubprocessError) as e:
             raise CompilerNotFoundError(f"{self.name} at {self.path} does not run ({e})") from None
-        text = (out.stdout or out.stderr).strip()
         return " | ".join(l.strip() for l in text.splitlines() if l.strip() and not l.startswith("InstalledDir"))
 
     def unit_flags(self, source: str) -> list[str]:
         """Options that depend on the unit's text (derived from it, so not part of the key)."""
         return []
 
-    def compile(self, source, source_path, target, include_dirs, kernel):
+    def pch_flags(self, pch: PchUse) -> list[str]:
+        raise NotImplementedError(f"{self.name} takes no precompiled header")
+
+    def compile(self, source, source_path, target, include_dirs, kernel, pch=None):
         out = _output_path(Path(source_path))
         try:
             cmd = [self.path, *self.flags(target, include_dirs), *self.unit_flags(source),
-                   "-o", str(out), str(source_path)]
+                   *(self.pch_flags(pch) if pch else ()), "-o", str(out), str(source_path)]
             log = _run(cmd, source_path, self.name)
             try:
                 code = out.read_bytes()
@@ -177,10 +200,31 @@ class _SubprocessCompiler(Compiler):
                                    "really a compiler?", log=log, command=cmd, source_path=source_path) from None
         finally:
             out.unlink(missing_ok=True)
-        return CompileResult(code, log, self.static_info(code, log, kernel))
+        return CompileResult(code, log, self.static_info(code, log, kernel), pch="used" if pch else "")
 
 
-def _output_path(source_path: Path) -> Path:
+@functools.lru_cache(maxsize=None)
+def _version_text(path: str) -> str:
+    """`path --version`, asked once per process: finding clang and naming it both need it (about
+    20 ms a run)."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace", timeout=60)
+    return (out.stdout or out.stderr).strip()
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a fresh file only this user can read, never through a link (O_EXCL)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def output_path(source_path: Path, tag: str = "") -> Path:
+    """A compiler's scratch file beside the generated source (see _output_path); `tag` tells
+    several apart (a PCH being built, the private copy of a PCH a compile reads)."""
+    return _output_path(Path(source_path), tag)
+
+
+def _output_path(source_path: Path, tag: str = "") -> Path:
     """Where a compiler program writes its code object: beside the generated source, in the
     cache's own 0700 sources/ folder (or the compile's private temporary folder), under a name
     unique to this process and thread. A compile killed by SIGKILL leaves only this file, inside
@@ -196,11 +240,19 @@ def _output_path(source_path: Path) -> Path:
                 pass
     except OSError:
         pass
-    return folder / f"{source_path.name}.{os.getpid()}.{threading.get_ident()}{_OUTPUT_SUFFIX}"
+    tag = f".{tag}" if tag else ""
+    return folder / f"{source_path.name}{tag}.{os.getpid()}.{threading.get_ident()}{_OUTPUT_SUFFIX}"
+
+
+# clang checks each header a PCH was built from before it uses the PCH. By size and mtime alone, a
+# header only touched (a checkout, a reinstall) would make it refuse a PCH that is still right; with
+# this it compares the content where the mtime differs.
+_CLANG_PCH_CHECK = ("-Xclang", "-fvalidate-ast-input-files-content")
 
 
 class ClangCompiler(_SubprocessCompiler):
     name, vendor = "clang", "amd"
+    pch_scope = "disk"
 
     def flags(self, target, include_dirs):
         return [*CLANG_HIP_FLAGS, f"--offload-arch={target.id}", *AMD_FLAGS,
@@ -209,9 +261,32 @@ class ClangCompiler(_SubprocessCompiler):
     def unit_flags(self, source):
         return [f"-cuid={unit_id(source)}"]   # hipcc hands it on to clang unchanged
 
+    def pch_flags(self, pch):
+        # The unit's own #include of the kernel source then finds it read already (#pragma once).
+        return [*_CLANG_PCH_CHECK, "-include-pch", str(pch.path)]
+
+    def build_pch(self, header, source_path, target, include_dirs):
+        # Built from the kernel source itself, so every file the PCH names lies in the installation
+        # (clang needs each of them, the PCH's own main file too, where it is used later). The same
+        # options as the units that use it: clang refuses a PCH built for other language options or
+        # another target. -S: a device-only compile would otherwise go on to link.
+        out = _output_path(Path(source_path), "pch")
+        try:
+            cmd = [self.path, *self.flags(target, include_dirs), *_CLANG_PCH_CHECK, "-Xclang", "-emit-pch",
+                   "-S", "-o", str(out), str(header)]
+            log = _run(cmd, header, f"{self.name} (precompiled header)")
+            try:
+                return out.read_bytes()
+            except OSError as e:
+                raise CompileError(f"{self.name} exited 0 but wrote no precompiled header ({e})", log=log,
+                                   command=cmd, source_path=header) from None
+        finally:
+            out.unlink(missing_ok=True)
+
 
 class HipccCompiler(ClangCompiler):
     name = "hipcc"
+    pch_scope = None   # hipcc adds options of its own: not tried
 
 
 class NvccCompiler(_SubprocessCompiler):
@@ -222,13 +297,24 @@ class NvccCompiler(_SubprocessCompiler):
         return [f"-gencode=arch=compute_{arch},code=sm_{arch}", *NVCC_FLAGS, *(f"-I{d}" for d in include_dirs)]
 
 
+# NVRTC's own lines about a precompiled header; taken out of the log, which then reads as without one.
+_NVRTC_PCH_NOTE = re.compile(r'^"[^"\n]*": (creating|using) precompiled header file "[^"\n]*"\n', re.M)
+
+
 class NvrtcCompiler(Compiler):
     name, vendor = "nvrtc", "nvidia"
 
     def __init__(self):
         from cuda.bindings import nvrtc  # noqa: F401  (raises ImportError when absent)
         self._nvrtc = nvrtc
-        self._check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+        major, minor = self._check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+        if (major, minor) >= (12, 8) and hasattr(nvrtc, "nvrtcGetPCHCreateStatus"):
+            self.pch_scope = "process"
+        # NVRTC >= 12.9 keeps a cache of its own, on disk (~/.nv/ComputeCache, seen with NVRTC 13.0
+        # on an H200 host), and answers from it when a PCH is in use: files outside hkjit's folders,
+        # unchecked, and a second cache beside hkjit's. --no-cache changes no code object (tests
+        # compare), so like the PCH options it stays out of `flags` and the key.
+        self.runtime_options = ["--no-cache"] if (major, minor) >= (12, 9) else []
 
     def _check(self, result, what, program=None, source_path=None, cmd=None):
         err, *rest = result
@@ -254,9 +340,11 @@ class NvrtcCompiler(Compiler):
     def flags(self, target, include_dirs):
         return [f"--gpu-architecture={target.arch}", *NVRTC_FLAGS, *(f"-I{d}" for d in include_dirs)]
 
-    def compile(self, source, source_path, target, include_dirs, kernel):
+    def compile(self, source, source_path, target, include_dirs, kernel, pch=None):
         nv = self._nvrtc
-        opts = self.flags(target, include_dirs)
+        opts = [*self.flags(target, include_dirs), *self.runtime_options]
+        if pch is not None:
+            opts.append(f"--{'create' if pch.create else 'use'}-pch={pch.path}")
         cmd = ["nvrtc", *opts, str(source_path)]
         prog = self._check(nv.nvrtcCreateProgram(source.encode(), str(source_path).encode(), 0, [], []),
                            "nvrtcCreateProgram", cmd=cmd, source_path=source_path)
@@ -264,6 +352,10 @@ class NvrtcCompiler(Compiler):
             self._check(nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts]), "compilation",
                         program=prog, source_path=source_path, cmd=cmd)
             log = self._log(prog)
+            done = ""
+            if pch is not None:
+                done = self._pch_outcome(prog, pch, log)
+                log = _NVRTC_PCH_NOTE.sub("", log)
             size = self._check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
             code = b" " * size
             self._check(nv.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
@@ -272,7 +364,16 @@ class NvrtcCompiler(Compiler):
             self._check(nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
         finally:
             nv.nvrtcDestroyProgram(prog)
-        return CompileResult(code, log, self.static_info(code, log, kernel), ptx.rstrip(b"\0 ").decode(errors="replace"))
+        return CompileResult(code, log, self.static_info(code, log, kernel), ptx.rstrip(b"\0 ").decode(errors="replace"),
+                             pch=done)
+
+    def _pch_outcome(self, prog, pch, log) -> str:
+        """"created", "used" or "" (NVRTC compiled without it: a heap too small to create it, or a
+        PCH it would not read, which it says in the log and then ignores)."""
+        if pch.create:
+            status = self._nvrtc.nvrtcGetPCHCreateStatus(prog)[0]
+            return "created" if status == self._nvrtc.nvrtcResult.NVRTC_SUCCESS else ""
+        return "used" if "using precompiled header file" in log else ""
 
 
 class HiprtcCompiler(Compiler):
@@ -309,7 +410,7 @@ class HiprtcCompiler(Compiler):
     def flags(self, target, include_dirs):
         return [f"--offload-arch={target.id}", *AMD_FLAGS, *(f"-I{d}" for d in include_dirs)]
 
-    def compile(self, source, source_path, target, include_dirs, kernel):
+    def compile(self, source, source_path, target, include_dirs, kernel, pch=None):
         rtc = self._hiprtc
         # hiprtc runs clang's driver inside comgr on a copy of the source in a temporary folder:
         # the same -cuid keeps its output independent of that folder too.
@@ -333,8 +434,7 @@ class HiprtcCompiler(Compiler):
 
 def _clang_major(path: str) -> int:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
-                             timeout=30).stdout
+        out = _version_text(path)
     except (OSError, subprocess.SubprocessError):
         return 0
     m = re.search(r"clang version (\d+)", out)
@@ -421,3 +521,4 @@ def available() -> list[tuple[str, str]]:
 def forget() -> None:
     """Forget which compilers were found (the next build looks again: PATH, HKJIT_CLANG, …)."""
     _found.cache_clear()
+    _version_text.cache_clear()

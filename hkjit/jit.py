@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import cache as cache_mod
 from . import compiler as compiler_mod
+from . import pch as pch_mod
 from . import spec as spec_mod
 from .cache import index as index_mod
 from .errors import CacheWarning, CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
@@ -179,13 +180,14 @@ def _compile(spec: Specialization, key: str, compiler, cache):
         comp = compiler_mod.find_compiler(spec.target, compiler)
         text, path, private = _write_source(spec, key, cache)
         t0 = time.perf_counter()
-        result = comp.compile(text, path, spec.target, _include_dirs(), spec.entry)
+        result = pch_mod.compile_unit(comp, text, path, spec, _include_dirs(), cache)
         if private is not None:   # kept only when the compile fails: its error names the file
             shutil.rmtree(private, ignore_errors=True)
         meta = dict(result.meta)
         flags = [f for f in comp.flags(spec.target, _include_dirs()) if not f.startswith("-I")]
         meta.update(op=spec.op, target=spec.target.id, entry=spec.entry, params=spec.param_dict,
-                    compiler=comp.identity, flags=flags, compile_seconds=round(time.perf_counter() - t0, 3))
+                    compiler=comp.identity, flags=flags, compile_seconds=round(time.perf_counter() - t0, 3),
+                    pch=result.pch)
         return result.code, meta
     return build
 
@@ -234,6 +236,8 @@ def load_spec(spec: Specialization, device, dynamic_smem: int = 0, compiler=None
 
 
 def reset() -> None:
-    """Forget memoised keys and loaded kernels (the on-disk cache is untouched)."""
+    """Forget memoised keys, loaded kernels and precompiled-header decisions (the on-disk cache is
+    untouched)."""
     _keys.clear()
     _loaded.clear()
+    pch_mod.reset()

@@ -102,8 +102,10 @@ def test_compile_killed_by_sigkill_leaves_nothing_outside_the_cache(tmp_path):
     fake.chmod(0o755)
     cache, private_tmp = tmp_path / "cache", tmp_path / "tmp"
     private_tmp.mkdir()
+    # HKJIT_PCH=0: one compiler process, so one leftover (a precompiled header built beside the
+    # compile writes its own scratch file into the same folder, swept the same way)
     proc = _build_in_subprocess({"HKJIT_CLANG": str(fake), "HKJIT_COMPILER": "clang",
-                                 "TMPDIR": str(private_tmp)}, cache)
+                                 "TMPDIR": str(private_tmp), "HKJIT_PCH": "0"}, cache)
     assert proc.returncode == -9
     assert not list(private_tmp.iterdir()), "a killed compile left a temporary folder"
     leftovers = list((cache / "sources").glob("*.hkjit-out"))

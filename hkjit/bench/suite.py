@@ -1,9 +1,10 @@
 """`hkjit bench`: every figure hkjit claims, reproducible by one command.
 
 On a CUDA GPU: each op against its peers in this process (GEMM vs torch.matmul/cuBLAS), the JIT's
-own figures (cold compile per op and target, warm start, hot-path µs per call against a raw
-launch). Everywhere: the static AMD report (`hkjit inspect` figures for gfx942 and gfx950) and the
-simulator's pass/fail per op. Output: tables on stdout, --json, --plot (PNGs), --markdown (the
+own figures (warm start, hot-path µs per call against a raw launch). Everywhere: cold compile per
+op and target with and without precompiled headers and where a compile's time goes
+(bench/cold_compile.py), the static AMD report (`hkjit inspect` figures for gfx942 and gfx950) and
+the simulator's pass/fail per op. Output: tables on stdout, --json, --plot (PNGs), --markdown (the
 report in docs/benchmarks.md).
 """
 
@@ -12,12 +13,11 @@ import importlib
 import json
 import platform
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from .. import api, ops, runtime
 from .._version import __version__
+from . import cold_compile
 
 
 def op_benchmarks(names=None) -> dict:
@@ -54,33 +54,6 @@ def environment() -> dict:
     if runtime.gpu_count("cuda"):
         env["device"] = runtime.get("cuda", 0).name
     return env
-
-
-def cold_compile(targets=("sm_90a", "gfx950", "gfx942")) -> list:
-    """Seconds to specialise + compile + store each op's kernel at its default shape into an empty cache."""
-    import os
-    rows = []
-    old = os.environ.get("HKJIT_CACHE_DIR")
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["HKJIT_CACHE_DIR"] = tmp
-        api.reset_state()
-        try:
-            for op in ops.names():
-                for target in targets:
-                    t0 = time.perf_counter()
-                    try:
-                        built = api.build(op, target=target, **ops.get(op).default_shape)
-                        rows.append({"op": op, "target": target, "seconds": time.perf_counter() - t0,
-                                     "compiler": built.meta.get("compiler", "")})
-                    except Exception as e:
-                        rows.append({"op": op, "target": target, "error": f"{type(e).__name__}: {e}"[:200]})
-        finally:
-            if old is None:
-                os.environ.pop("HKJIT_CACHE_DIR", None)
-            else:
-                os.environ["HKJIT_CACHE_DIR"] = old
-            api.reset_state()
-    return rows
 
 
 def static_amd(benches, quick) -> list:
@@ -121,12 +94,7 @@ def markdown(results, plots=()) -> str:
         w = results["warm_start"]
         out += ["", f"Warm start (fresh process, populated cache): `import hkjit` {w['import_ms']:.1f} ms, "
                     f"first gemm result {w['first_result_ms']:.1f} ms of hkjit time (import excluded)."]
-    if results.get("cold_compile"):
-        out += ["", "## JIT: cold compile, each op at its default shape", "", "| op | target | seconds | compiler |",
-                "|---|---|---|---|"]
-        for r in results["cold_compile"]:
-            compiler = str(r.get("compiler", r.get("error", ""))).split(" | ")[0]  # first line of --version
-            out.append(f"| {r['op']} | {r['target']} | {r.get('seconds', float('nan')):.2f} | {compiler} |")
+    out += cold_compile.markdown(results)
     if results.get("static_amd"):
         out += ["", "## AMD static report (clang-22; compiled, never run on AMD hardware)", "",
                 "| op | target | shape | tile | VGPR/AGPR/SGPR | LDS | spills | waves/SIMD | MFMA per K-step (block / tile arithmetic) |",
@@ -204,10 +172,9 @@ def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=No
         imp, first = jit_overhead.warm_start()
         results["warm_start"] = {"import_ms": imp, "first_result_ms": first}
         _log(f"warm start: import {imp:.1f} ms, first result {first:.1f} ms")
-    _log("\nCold compile:")
-    results["cold_compile"] = cold_compile(("sm_90a",) + (() if _amd_compiler_missing() else ("gfx950", "gfx942")))
-    for r in results["cold_compile"]:
-        _log(f"  {r['op']} {r['target']}: " + (f"{r['seconds']:.2f} s" if "seconds" in r else r["error"]))
+    _log("\nCold compile (python -m hkjit.bench.cold_compile):")
+    results["cold_compile"] = cold_compile.cold_compile(names, log=_log)
+    results["cold_breakdown"] = cold_compile.breakdown(log=_log)
     missing = _amd_compiler_missing()
     if missing:
         _log(f"\nAMD static report and simulator skipped: no AMD compiler here ({missing})")

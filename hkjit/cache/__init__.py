@@ -1,7 +1,8 @@
 """hkjit's kernel cache: keys, the entry file format, cross-process single-flight, bundles.
 
 One subject per module: `key` (keys and where their files live), `entry` (the entry file format),
-`lock` (the per-key flock), `bundle` (reading bundles), `prune` (eviction), `store` (the Cache).
+`lock` (the per-key flock), `bundle` (reading bundles), `prune` (eviction), `pch` (precompiled
+headers), `store` (the Cache).
 This package face re-exports what the rest of hkjit uses and owns the process-wide cache.
 
 Disk layout under the root (created 0700: a cache others can write is a cache others can poison):
@@ -12,6 +13,7 @@ Disk layout under the root (created 0700: a cache others can write is a cache ot
     locks/prune.lock                      flock'd while one process evicts entries
     quarantine/                           entries found corrupt or unloadable, kept for post-mortems
     toolchains.json                       compilers of kernels imported from bundles (see toolchains())
+    pch/<key[:2]>/<key>.hkpch             precompiled headers, in the entry format (see `pch`)
 
 The entry file format is described in `entry`, the lookup order in `Cache`.
 

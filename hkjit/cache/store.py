@@ -21,6 +21,7 @@ from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry
     place_all, write_atomically
 from .key import ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath
 from .lock import KeyLock
+from .pch import PCH_DIR, PchStore
 from .perms import check_private, make_private_dirs
 from .prune import entry_files, evict, quarantine_files, remove_stale_temps
 
@@ -92,6 +93,11 @@ class Cache:
     @offline.setter
     def offline(self, flag):
         self._offline = flag
+
+    @property
+    def pch(self) -> PchStore:
+        """The precompiled headers kept beside the kernels (see cache/pch.py)."""
+        return PchStore(self)
 
     def entry_path(self, key: str) -> Path:
         return self.root / entry_relpath(key)
@@ -295,9 +301,9 @@ class Cache:
         for path in quarantine_files(self.root):
             with suppress(OSError):
                 path.unlink()
-        # Everything else hkjit writes here: the key index (spec -> key shortcuts), generated sources
-        # and the imported toolchains. Harmless when stale, but `clear` means clear.
-        for folder in ("index", "sources"):
+        # Everything else hkjit writes here: the key index (spec -> key shortcuts), generated sources,
+        # precompiled headers and the imported toolchains. Harmless when stale, but `clear` means clear.
+        for folder in ("index", "sources", PCH_DIR):
             shutil.rmtree(self.root / folder, ignore_errors=True)
         with suppress(OSError):
             (self.root / _TOOLCHAINS_FILE).unlink()
@@ -446,6 +452,10 @@ class Cache:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(message, CacheWarning, stacklevel=4)
+
+    def set_aside(self, path: Path, seen: tuple | None, reason: str):
+        """Move a bad file of this cache to quarantine/ (see _set_aside)."""
+        self._set_aside(path, seen, reason)
 
     def _set_aside(self, path: Path, seen: tuple | None, reason: str):
         """Move a bad entry to quarantine/ unless another process already replaced it with a good one."""
