@@ -9,15 +9,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache as cache_mod
-from . import compiler as compiler_mod
-from . import pch as pch_mod
 from . import spec as spec_mod
 from .cache import index as index_mod
 from .errors import CacheWarning, CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
@@ -70,6 +68,7 @@ def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
     spec_id = _spec_id(spec, compiler)
     key = _index_lookup(cache, spec_id, spec)
     if key is None:
+        from . import compiler as compiler_mod   # here: a warm start finds its key in the index
         try:
             comp = compiler_mod.find_compiler(spec.target, compiler)
         except CompilerNotFoundError:
@@ -164,6 +163,7 @@ def _write_source(spec: Specialization, key: str, cache) -> tuple[str, Path, Pat
         _write_no_follow(root / name, text)
         return text, root / name, None
     except OSError:
+        import tempfile
         private = Path(tempfile.mkdtemp(prefix="hkjit-src-"))
         _write_no_follow(private / name, text)
         return text, private / name, private
@@ -177,6 +177,7 @@ def _write_no_follow(path: Path, text: str) -> None:
 
 def _compile(spec: Specialization, key: str, compiler, cache):
     def build():
+        from . import compiler as compiler_mod, pch as pch_mod   # compiles only: a warm start needs neither
         comp = compiler_mod.find_compiler(spec.target, compiler)
         text, path, private = _write_source(spec, key, cache)
         t0 = time.perf_counter()
@@ -240,4 +241,6 @@ def reset() -> None:
     untouched)."""
     _keys.clear()
     _loaded.clear()
-    pch_mod.reset()
+    pch_mod = sys.modules.get(f"{__package__}.pch")   # nothing to forget if no compile imported it
+    if pch_mod is not None:
+        pch_mod.reset()

@@ -14,33 +14,40 @@
    gives each stream its own workspace, and launches on the caller's current stream.
 4. torch tensors take a shorter repeat path: a call whose tensors have the properties of an
    earlier one skips describing, device choice and the signature, since those properties decided
-   all of them.
+   all of them. From the second such call on CUDA, the native path (hkjit/native: C, built on
+   first use) takes these calls: `call` becomes its C function, which comes back here for
+   anything it does not match.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 import sys
 
-from . import interop, jit, manifest, runtime
+from . import interop, jit, manifest, native, runtime
 from .errors import DeviceError, InvalidArgumentError
 from .interop import Array
 
 _launchers: dict = {}
 _fast: dict = {}
 _torch_tensor = None        # torch.Tensor once a torch call has succeeded (the repeat path's type test)
+_torch_parameter = None     # torch.nn.Parameter then: parameters (norm weights) take the repeat path too
+_native = None              # the native table (hkjit/native) once a repeat call used it; False: none here
+_native_allowed = True      # use_native(False) turns it off in this process
 MAX_PACKED = 64
 
 
 class Launcher:
     """A loaded kernel bound to one call signature."""
-    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces")
+    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces", "native")
 
     def __init__(self, op, kernel, plan, binding, device):
         self.op, self.kernel, self.plan, self.binding, self.device = op, kernel, plan, binding, device
         self.block = (plan.threads, 1, 1)
         self.packed, self.workspaces = {}, {}
+        self.native = None             # where the native path writes pointers (hkjit/native), once measured
 
     def run(self, ptrs: tuple, scalars: tuple, stream) -> None:
         plan = self.plan
@@ -80,7 +87,7 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
             if t is None:
                 key.append(None)
                 ptrs.append(0)
-            elif type(t) is torch_tensor:
+            elif type(t) is torch_tensor or type(t) is _torch_parameter:
                 p = t.data_ptr()
                 ptrs.append(p)
                 key += (t.dtype, t.shape, t.stride(), p & 15, t.get_device())
@@ -175,8 +182,9 @@ def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
         if not binding.aligned_copies:
             request = {**binding.request, **tiles}
             plan = op.plan(dev.target, **request)
-            from . import deploy   # first call of a signature only: keeps `import hkjit` light
-            deploy.record(op.name, dev.target.id, request)
+            if os.environ.get("HKJIT_RECORD"):
+                from . import deploy   # only when recording: keeps `import hkjit` and a warm start light
+                deploy.record(op.name, dev.target.id, request)
             kernel = jit.load_spec(plan.spec, dev, plan.dynamic_smem, compiler, miss_hint(op.name, dev.target.id,
                                                                                           request))
         launcher = Launcher(op, kernel, plan, binding, dev)
@@ -268,13 +276,14 @@ class _FastEntry:
     """What a repeat call needs: the launcher (its packed blocks and launch geometry copied here, so
     a repeat launch is one dict lookup and one driver call), outputs to allocate, what to return."""
     __slots__ = ("launcher", "packed", "launch", "grid", "block", "smem", "alloc", "empty", "returns", "single",
-                 "index", "stream_of")
+                 "index", "stream_of", "op", "options", "native")
 
     def run(self, values, ptrs, scalars):
+        given, made = values, None
         if self.alloc:
-            values = list(values)
+            values, made = list(values), {}
             for i, shape, dtype, dev in self.alloc:
-                values[i] = self.empty(shape, dtype=dtype, device=dev)
+                values[i] = made[i] = self.empty(shape, dtype=dtype, device=dev)
                 ptrs[i] = values[i].data_ptr()
         ptrs = tuple(ptrs)
         stream = self.stream_of(self.index)
@@ -283,25 +292,28 @@ class _FastEntry:
             self.launcher.run(ptrs, scalars, stream)
         else:
             self.launch(self.grid, self.block, self.smem, packed, stream)
+        if self.native is None:        # the second call of this signature: from now on, natively
+            self.native = _go_native(self, given, ptrs, scalars, made or {})
         if self.single is not None:
             return values[self.single]
         return tuple(values[i] for i in self.returns)
 
 
 def _remember_fast(op, values, options, launcher, dev):
-    global _torch_tensor
+    global _torch_tensor, _torch_parameter
     if dev.kind not in ("cuda", "rocm"):
         return
     torch = sys.modules["torch"]
-    if any(v is not None and type(v) is not torch.Tensor for v in values):
+    if any(v is not None and type(v) is not torch.Tensor and type(v) is not torch.nn.Parameter for v in values):
         return
-    _torch_tensor = torch.Tensor
+    _torch_tensor, _torch_parameter = torch.Tensor, torch.nn.Parameter
     key = [op.name, options]
     for t in values:
         key += (None,) if t is None else (t.dtype, t.shape, t.stride(), t.data_ptr() & 15, t.get_device())
     names = op.array_names
     e = _FastEntry()
-    e.launcher, e.index = launcher, dev.index
+    e.launcher, e.index, e.op, e.options = launcher, dev.index, op, options
+    e.native = None if dev.kind == "cuda" and _native_allowed else False
     e.packed = launcher.packed if not launcher.plan.workspace_bytes else {}
     e.launch, e.grid, e.block, e.smem = (launcher.kernel.launch_packed, launcher.plan.grid, launcher.block,
                                          launcher.plan.dynamic_smem)
@@ -317,10 +329,74 @@ def _remember_fast(op, values, options, launcher, dev):
     _fast[tuple(key)] = e
 
 
+_python_call = call                    # the native path's fallback for what it does not match
+
+
+def _go_native(entry, values, ptrs, scalars, made) -> bool:
+    """Hand a signature's repeat calls to the native path (hkjit/native): from now on `call` is its
+    C function. False where that cannot be (no extension here, a workspace, ...): Python keeps it."""
+    global call, _native
+    if _native is None:
+        _native = _start_native()
+    if not _native or not _native_allowed:
+        return False
+    if not remember_native(_native, entry.op, values, entry.options, scalars, ptrs, entry.launcher, made):
+        return False
+    call = _native.call
+    return True
+
+
+def remember_native(table, op, values, options, scalars, ptrs, launcher, made) -> bool:
+    """Register a call with a native table (hkjit/native): `values` as the caller passed them,
+    `ptrs` the pointers its block holds, `made` the outputs allocated for it (slot -> tensor)."""
+    plan, binding, names = launcher.plan, launcher.binding, op.array_names
+
+    def repack(ptrs, scalars) -> bytes:
+        """The block for new pointers or scalars, with the Python path's checks and errors."""
+        _check_scalars(op, scalars)
+        return bytes(plan.fill(**binding.args(dict(zip(names, ptrs), workspace=0), scalars)))
+    what = (f"launch of {launcher.kernel.name} (grid {plan.grid}, block {launcher.block}, "
+            f"{plan.dynamic_smem} B shared)")
+    return native.remember(table, op, values, options, scalars, ptrs, launcher, what, repack, made)
+
+
+def _start_native():
+    ext = native.extension()
+    if ext is None:
+        return False
+    from .runtime import cuda
+    driver = native.driver_functions(cuda.function_addresses())
+    return native.table(ext, sys.modules["torch"], _python_call, driver) or False
+
+
+def use_native(on: bool) -> None:
+    """Let the native repeat path take calls in this process, or not (HKJIT_NATIVE=0 keeps it
+    off for good); the Python path takes over at once. Benchmarks time both in one process."""
+    global call, _native_allowed
+    _native_allowed = bool(on)
+    call = _python_call
+    _fast.clear()
+    if _native:
+        _native.clear()
+
+
+def native_table():
+    """The native path's table (hkjit/native's FastPath) in this process, or None."""
+    return _native or None
+
+
+def native_stats() -> dict | None:
+    """The native path's counters in this process (hits, misses, repacks, entries), or None where
+    it has not started (no repeat call yet, or no extension here: `hkjit.native.why_not`)."""
+    return _native.stats() if _native else None
+
+
 def reset() -> None:
     """Forget every launcher and repeat-call entry (kernels are reloaded on the next call)."""
     _launchers.clear()
     _fast.clear()
+    if _native:
+        _native.clear()
 
 
 def launchers() -> list:

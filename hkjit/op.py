@@ -99,30 +99,69 @@ class _FieldRangeError(InvalidArgumentError):
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _checked_setattr(self, name, value):
-    ctype = self._hkjit_ranges_.get(name)
-    if ctype == "float32":
+def _checked_value(name, value, rng):
+    """`value` as the field `name` (range `rng`: (lo, hi) or "float32") stores it, or
+    _FieldRangeError: ctypes itself truncates silently, so an extent >= 2**31 written to a C int
+    would reach the kernel wrapped, and 1e300 written to a C float would become inf."""
+    if rng == "float32":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                 math.isfinite(value) and abs(value) > _FLOAT32_MAX):
             raise _FieldRangeError(f"argument {name}={value!r} is not a number a C float holds")
-    elif ctype is not None:
-        lo, hi = ctype
-        if value is None and lo == 0:
-            value = 0                                   # a null pointer
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise _FieldRangeError(f"argument {name}={value!r} is not an integer")
-        if not lo <= int(value) <= hi:
-            raise _FieldRangeError(f"argument {name}={int(value)} does not fit its C type "
-                                   f"(from {lo} to {hi}); the kernel would see a wrapped value")
-        value = int(value)
+        return value
+    lo, hi = rng
+    if value is None and lo == 0:
+        return 0                                        # a null pointer
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise _FieldRangeError(f"argument {name}={value!r} is not an integer")
+    if not lo <= int(value) <= hi:
+        raise _FieldRangeError(f"argument {name}={int(value)} does not fit its C type "
+                               f"(from {lo} to {hi}); the kernel would see a wrapped value")
+    return int(value)
+
+
+def _checked_setattr(self, name, value):
+    rng = self._hkjit_ranges_.get(name)
+    if rng is not None:
+        value = _checked_value(name, value, rng)
     ctypes.Structure.__setattr__(self, name, value)
 
 
+def _checked_init(struct_type, ranges):
+    """A generated __init__ taking the fields positionally or by name, as ctypes' own does, that
+    checks each value with one type test and one chained comparison in the common case (an exact
+    int or float in range; anything else goes through `_checked_value`) and stores it through the
+    field's descriptor, bypassing the checked __setattr__. About 4x cheaper than per-field
+    __setattr__ checks (a packed-argument miss of rms_norm: 7.5 -> under 2 us). None where the
+    field names cannot be parameters (ctypes' own __init__ and the checked __setattr__ then)."""
+    import keyword
+    names = [f[0] for f in struct_type._fields_]
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n in ("self", "_M", "_v", "_set") for n in names):
+        return None
+    env = {"_M": _MISSING, "_v": _checked_value, "_set": {}}
+    lines = [f"def __init__(self, {', '.join(f'{n}=_M' for n in names)}):"]
+    for n in names:
+        env["_set"][n] = struct_type.__dict__[n].__set__
+        env[f"_s_{n}"] = env["_set"][n]
+        rng = ranges.get(n)
+        lines.append(f"    if {n} is not _M:")
+        if rng == "float32":
+            lines.append(f"        if {n}.__class__ is not float or not {-_FLOAT32_MAX!r} <= {n} <= {_FLOAT32_MAX!r}: "
+                         f"{n} = _v({n!r}, {n}, 'float32')")
+        elif rng is not None:
+            lines.append(f"        if {n}.__class__ is not int or not {rng[0]} <= {n} <= {rng[1]}: "
+                         f"{n} = _v({n!r}, {n}, {rng!r})")
+        lines.append(f"        _s_{n}(self, {n})")
+    if len(lines) == 1:
+        lines.append("    pass")
+    exec("\n".join(lines), env)
+    return env["__init__"]
+
+
 def _check_struct_ranges(struct_type) -> None:
-    """Make every integer field of `struct_type` (and of the structures nested in it, also inside
-    arrays) refuse a value outside its C type's range. ctypes itself truncates silently, so an
-    extent >= 2**31 written to a C int would reach the kernel wrapped; installed once per type by
-    `Plan`, so no op has to remember it."""
+    """Make every integer and float field of `struct_type` (and of the structures nested in it, also
+    inside arrays) refuse a value outside its C type's range, at construction (a generated
+    __init__) and on assignment (__setattr__). Installed once per type by `Plan`, so no op has to
+    remember it."""
     if "_hkjit_ranges_" in struct_type.__dict__:
         return
     ranges = {}
@@ -137,6 +176,9 @@ def _check_struct_ranges(struct_type) -> None:
         elif getattr(ctype, "_type_", None) == "f":
             ranges[name] = "float32"                    # ctypes rounds 1e300 to inf silently
     struct_type._hkjit_ranges_ = ranges
+    init = _checked_init(struct_type, ranges)
+    if init is not None:
+        struct_type.__init__ = init
     struct_type.__setattr__ = _checked_setattr
 
 

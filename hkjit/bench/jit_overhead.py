@@ -1,8 +1,13 @@
-"""Host cost of one call: hkjit.gemm on tiny inputs against a raw cuLaunchKernel with pre-packed
-arguments, a CuPy RawKernel and a Triton kernel, all in this process; then warm start (a fresh
-process with a populated cache, time from `import hkjit` done to the first result).
+"""Host cost of one call: every op's repeat path (native, and the Python fallback), beside a raw
+cuLaunchKernel with pre-packed arguments (through cuda-bindings, and through ctypes as hkjit's
+Python path launches), a CuPy RawKernel, a Triton kernel and each op's torch eager function, all in
+this process on tiny inputs; then warm start (fresh processes on a populated cache).
 
-    python -m hkjit.bench.jit_overhead [--json FILE]
+    python -m hkjit.bench.jit_overhead [--json FILE] [--ops gemm,rms_norm]
+
+Each figure is the median over bursts of 200 back-to-back calls of the wall time per call; the GPU
+is synchronised between bursts, so a burst never fills the launch queue and the host's cost is
+what is timed (a kernel slower than the host's call rate would be timed instead otherwise).
 """
 
 import argparse
@@ -18,47 +23,75 @@ EMPTY = r'''
 extern "C" __global__ void empty_kernel(const float* x, float* y, int n) {
   if (threadIdx.x == 0 && blockIdx.x == 0 && n < 0) y[0] = x[0];
 }'''
+CALLS, BURSTS = 200, 40
 
 
-def _per_call_us(fn, n=20000, repeats=5):
-    """Median over `repeats` of the mean host time per call of `n` back-to-back calls."""
+def _per_call_us(fn, calls=CALLS, bursts=BURSTS):
     import torch
-    fn()
+    for _ in range(20):
+        fn()
     torch.cuda.synchronize()
     samples = []
-    for _ in range(repeats):
+    for _ in range(bursts):
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
     return statistics.median(samples)
 
 
-def raw_launch():
-    from cuda.bindings import driver as cu, nvrtc
-    import torch
-    torch.cuda.init()
+def _empty_cubin():
+    from cuda.bindings import nvrtc
     err, prog = nvrtc.nvrtcCreateProgram(EMPTY.encode(), b"empty.cu", 0, [], [])
     opts = [b"--gpu-architecture=sm_90a"]
     assert nvrtc.nvrtcCompileProgram(prog, 1, opts)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
     size = nvrtc.nvrtcGetCUBINSize(prog)[1]
     cubin = b" " * size
     nvrtc.nvrtcGetCUBIN(prog, cubin)
-    x = torch.empty(16, device="cuda")
-    dev = cu.cuDeviceGet(0)[1]
-    ctx = cu.cuDevicePrimaryCtxRetain(dev)[1]
-    cu.cuCtxSetCurrent(ctx)
-    mod = cu.cuModuleLoadData(cubin)[1]
-    fn = cu.cuModuleGetFunction(mod, b"empty_kernel")[1]
+    return cubin
+
+
+def _empty_args(x):
     vals = (ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(x.data_ptr()), ctypes.c_int(16))
     params = (ctypes.c_void_p * 3)(*(ctypes.addressof(v) for v in vals))
+    return vals, params
+
+
+def raw_launch():
+    """cuLaunchKernel through cuda-bindings, arguments packed once."""
+    from cuda.bindings import driver as cu
+    import torch
+    x = torch.empty(16, device="cuda")
+    dev = cu.cuDeviceGet(0)[1]
+    cu.cuCtxSetCurrent(cu.cuDevicePrimaryCtxRetain(dev)[1])
+    mod = cu.cuModuleLoadData(_empty_cubin())[1]
+    fn = cu.cuModuleGetFunction(mod, b"empty_kernel")[1]
+    vals, params = _empty_args(x)
     addr = ctypes.addressof(params)
     stream = torch.cuda.current_stream().cuda_stream
 
     def call():
         cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)
     call.keep_alive = (x, vals, params, mod)  # the launch reads these through raw addresses
+    return call
+
+
+def raw_launch_ctypes():
+    """cuLaunchKernel through ctypes on libcuda (how hkjit's Python path launches)."""
+    import torch
+    from ..runtime import cuda
+    dev = cuda.CudaDevice(0)
+    kernel = dev.load(_empty_cubin(), "empty_kernel")
+    x = torch.empty(16, device="cuda")
+    vals, params = _empty_args(x)
+    addr = ctypes.addressof(params)
+    launch, f = cuda._lib.cuLaunchKernel, kernel.function
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def call():
+        launch(f, 1, 1, 1, 32, 1, 1, 0, stream, addr, None)
+    call.keep_alive = (x, vals, params, kernel)
     return call
 
 
@@ -83,22 +116,152 @@ def triton_kernel():
     return lambda: empty[(1,)](x, x, 16, BLOCK=16)
 
 
-def hkjit_gemm(with_out):
+# --- every op on tiny inputs ------------------------------------------------------------------------
+def op_cases(torch):
+    """name -> (inputs() -> (args, kwargs), names of the out= keywords, torch eager function)."""
+    F = torch.nn.functional
+
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    def angles(n, d):
+        a = torch.outer(torch.arange(n, device="cuda", dtype=torch.float32),
+                        1e4 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d))
+        return a.cos(), a.sin()
+
+    def rope_eager(x, cos, sin):
+        h = x.shape[-1] // 2
+        c, s = cos.view(1, 1, *cos.shape), sin.view(1, 1, *sin.shape)
+        x1, x2 = x[..., :h].float(), x[..., h:].float()
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), -1).to(x.dtype)
+
+    def gated(fn):
+        def eager(x):
+            d = x.shape[-1] // 2
+            return fn(x[..., :d]) * x[..., d:]
+        return eager
+    return {
+        "gemm": (lambda: ((r(16, 16), r(16, 16)), {}), ("out",), torch.mm),
+        "rms_norm": (lambda: ((r(16, 256), r(256)), {"eps": 1e-6}), ("out",),
+                     lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps)),
+        "add_rms_norm": (lambda: ((r(16, 256), r(16, 256), r(256)), {"eps": 1e-6}), ("out", "residual_out"),
+                         lambda x, res, w, eps: (F.rms_norm(x + res, (x.shape[-1],), w, eps), x + res)),
+        "layer_norm": (lambda: ((r(16, 256), r(256), r(256)), {"eps": 1e-5}), ("out",),
+                       lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps)),
+        "dropout_add_layer_norm": (lambda: ((r(16, 256), r(16, 256), r(256), r(256), 0.1), {"eps": 1e-5, "seed": 1}),
+                                   ("out", "residual_out"),
+                                   lambda x, res, w, b, p, eps, seed: F.layer_norm(F.dropout(x, p) + res,
+                                                                                   (x.shape[-1],), w, b, eps)),
+        "rope": (lambda: ((r(1, 4, 16, 64), *angles(16, 64)), {}), ("out",), rope_eager),
+        "rope_qk": (lambda: ((r(1, 4, 16, 64), r(1, 2, 16, 64), *angles(16, 64)), {}), ("q_out", "k_out"),
+                    lambda q, k, cos, sin: (rope_eager(q, cos, sin), rope_eager(k, cos, sin))),
+        "silu": (lambda: ((r(16, 256),), {}), ("out",), F.silu),
+        "gelu": (lambda: ((r(16, 256),), {}), ("out",), F.gelu),
+        "gelu_tanh": (lambda: ((r(16, 256),), {}), ("out",), lambda x: F.gelu(x, approximate="tanh")),
+        "relu": (lambda: ((r(16, 256),), {}), ("out",), torch.relu),
+        "tanh": (lambda: ((r(16, 256),), {}), ("out",), torch.tanh),
+        "silu_and_mul": (lambda: ((r(16, 512),), {}), ("out",), gated(F.silu)),
+        "gelu_and_mul": (lambda: ((r(16, 512),), {}), ("out",), gated(F.gelu)),
+        "softmax": (lambda: ((r(16, 256),), {}), ("out",), lambda x: torch.softmax(x, -1)),
+        "topk": (lambda: ((r(16, 256, dtype=torch.float32), 8), {}), ("out_values", "out_indices"), torch.topk),
+        "attention": (lambda: ((r(1, 2, 64, 64), r(1, 2, 64, 64), r(1, 2, 64, 64)), {}), ("out",),
+                      F.scaled_dot_product_attention),
+    }
+
+
+def op_rows(names=None, log=print) -> list:
+    """One row per op: host µs per call of hkjit natively (out= and allocating), on the Python
+    path (the same two), and of torch eager; which path served the native column."""
     import torch
     import hkjit
-    a = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(16, 16, device="cuda", dtype=torch.bfloat16)
-    if with_out:
-        return lambda: hkjit.gemm(a, b, out=out)
-    return lambda: hkjit.gemm(a, b)
+    from .. import launch, native
+    rows = []
+    for name, (inputs, out_names, eager) in op_cases(torch).items():
+        if names and name not in names:
+            continue
+        fn = getattr(hkjit, name)
+        args, kwargs = inputs()
+        row = {"op": name}
+        try:
+            result = fn(*args, **kwargs)
+            outs = dict(zip(out_names, result if isinstance(result, tuple) else (result,)))
+            for path in ("native", "python"):
+                launch.use_native(path == "native")
+                before = launch.native_stats()
+                row[f"{path} out="] = _per_call_us(lambda: fn(*args, **kwargs, **outs))
+                row[f"{path} allocating"] = _per_call_us(lambda: fn(*args, **kwargs))
+                if path == "native":
+                    after = launch.native_stats() or {}
+                    for k in ("hits", "repacks"):
+                        row[f"native {k}"] = after.get(k, 0) - (before or {}).get(k, 0)
+            launch.use_native(True)
+            row["torch eager"] = _per_call_us(lambda: eager(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001  (a failing op is reported, the rest still run)
+            row["error"] = f"{type(e).__name__}: {e}"[:160]
+        rows.append(row)
+        log("  " + "  ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+    if native.why_not:
+        log(f"  (native path off: {native.why_not})")
+    return rows
 
 
-def torch_mm():
+def alloc_rows() -> dict:
+    """hkjit.gemm allocating its output natively: through the DLPack exchange table's allocator
+    (the default) and through torch.empty called from C."""
     import torch
-    a = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
-    return lambda: torch.mm(a, b)
+    import hkjit
+    from .. import launch
+    a, b = (torch.randn(16, 16, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    rows = {}
+    for mode, label in ((0, "DLPack allocator"), (1, "torch.empty")):
+        launch.use_native(True)
+        for _ in range(3):
+            hkjit.gemm(a, b)
+        table = launch.native_table()
+        if table is None:
+            return {}
+        table.set_alloc_mode(mode)
+        rows[label] = _per_call_us(lambda: hkjit.gemm(a, b))
+    table.set_alloc_mode(0)
+    return rows
+
+
+def native_detail_rows() -> dict:
+    """Where a native call's time goes, for hkjit.gemm and hkjit.rms_norm with out=: the call as
+    it runs, and the same call through a table that records the launch instead of making it
+    (hkjit's own cost: the Python wrapper, the key, the patching, the stream; everything but
+    cuLaunchKernel)."""
+    import torch
+    import hkjit
+    from .. import launch, native
+    from ..ops.gemm import GEMM
+    from ..ops.rms_norm import RMS_NORM
+    a, b, c = (torch.randn(16, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    x, y, w = torch.randn(16, 256, device="cuda"), torch.empty(16, 256, device="cuda"), torch.randn(256, device="cuda")
+    cases = {"hkjit.gemm 16x16x16, out=": (lambda: hkjit.gemm(a, b, out=c), GEMM, (a, b, c, None, None), (1.0, 0.0)),
+             "hkjit.rms_norm 16x256, out=": (lambda: hkjit.rms_norm(x, w, 1e-6, out=y), RMS_NORM, (x, w, y), (1e-6,))}
+    rows = {}
+    launch.use_native(True)
+    for name, (fn, op, values, scalars) in cases.items():
+        for _ in range(3):
+            fn()
+        table = launch.native_table()
+        if table is None:
+            return {}
+        rows[f"{name}: native"] = _per_call_us(fn)
+        launcher = next(lr for sig, lr in launch.launchers() if sig[0] == op.name and
+                        all((a is None) == (v is None) and (v is None or a[1] == tuple(v.shape))
+                            for a, v in zip(sig[1], values)))
+        recording = native.table(native.extension(), torch, launch._python_call, None)
+        ptrs = tuple(0 if v is None else v.data_ptr() for v in values)
+        if not launch.remember_native(recording, op, values, (), scalars, ptrs, launcher, {}):
+            continue
+        real, launch.call = launch.call, recording.call
+        try:
+            rows[f"{name}: native, launch recorded not made"] = _per_call_us(fn)
+        finally:
+            launch.call = real
+    return rows
 
 
 WARM_CHILD = r'''
@@ -113,56 +276,75 @@ t2 = time.perf_counter()
 c = hkjit.gemm(a, b); torch.cuda.synchronize()
 t3 = time.perf_counter()
 err = ((c.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
-print(f"{(t2 - t1) * 1e3:.2f} {(t3 - t2) * 1e3:.2f} {err:.2e}")
+heavy = ",".join(m for m in ("cuda.bindings.driver", "cuda.bindings.nvrtc", "hkjit.compiler", "hkjit.deploy")
+                 if m in sys.modules) or "-"
+print(f"{(t2 - t1) * 1e3:.2f} {(t3 - t2) * 1e3:.2f} {err:.2e} {heavy}")
 '''
 
 
 def warm_start(runs=5):
-    """(import ms, first-result ms) medians of fresh processes on a populated cache."""
+    """(import ms, first-result ms, modules of note imported) medians of fresh processes on a
+    populated cache. The children may write bytecode (into a private folder when the environment
+    forbids it beside the sources), as an installed package has: compiling hkjit's sources again in
+    every process is not part of a warm start."""
+    import tempfile
     env = dict(os.environ)
+    if env.pop("PYTHONDONTWRITEBYTECODE", None) and "PYTHONPYCACHEPREFIX" not in env:
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="hkjit-bench-pyc-")
     subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, check=True, capture_output=True)  # populate
-    imports, firsts = [], []
+    imports, firsts, heavy = [], [], ""
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, check=True, capture_output=True,
                              text=True).stdout.split()
         imports.append(float(out[0]))
         firsts.append(float(out[1]))
         assert float(out[2]) < 1e-2, f"warm-start result wrong: rel err {out[2]}"
-    return statistics.median(imports), statistics.median(firsts)
+        heavy = out[3]
+    return statistics.median(imports), statistics.median(firsts), heavy
 
 
 def hot_path_rows(log=print) -> dict:
-    """Host µs per call of each path, in this process; a missing peer is reported, not fatal."""
+    """Host µs per call of the launch paths on an empty kernel and of hkjit.gemm; a missing peer is
+    reported, not fatal."""
     import torch
     rows = {}
-    for name, make in (("raw cuLaunchKernel (pre-packed)", raw_launch), ("CuPy RawKernel", cupy_raw),
-                       ("Triton JIT kernel", triton_kernel), ("torch.mm 16x16x16", torch_mm),
-                       ("hkjit.gemm 16x16x16, out=", lambda: hkjit_gemm(True)),
-                       ("hkjit.gemm 16x16x16", lambda: hkjit_gemm(False))):
+    for name, make in (("raw cuLaunchKernel, cuda-bindings (pre-packed)", raw_launch),
+                       ("raw cuLaunchKernel, ctypes (pre-packed)", raw_launch_ctypes),
+                       ("CuPy RawKernel", cupy_raw), ("Triton JIT kernel", triton_kernel)):
         try:
             rows[name] = _per_call_us(make())
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             rows[name] = f"unavailable: {type(e).__name__}: {e}"[:120]
-    raw = rows["raw cuLaunchKernel (pre-packed)"]
+    raw = rows["raw cuLaunchKernel, cuda-bindings (pre-packed)"]
     log(f"Host µs per call ({torch.cuda.get_device_name()}):")
     for name, us in rows.items():
         ratio = f"{us / raw:5.2f}x raw" if isinstance(us, float) and isinstance(raw, float) else ""
-        log(f"  {name:34s} {us if isinstance(us, str) else f'{us:6.2f} us'}  {ratio}")
+        log(f"  {name:48s} {us if isinstance(us, str) else f'{us:6.2f} us'}  {ratio}")
     return rows
 
 
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--json")
+    p.add_argument("--ops", help="comma-separated ops (default: all)")
     args = p.parse_args(argv)
     import torch
-    rows = hot_path_rows()
-    imp, first = warm_start()
-    print(f"\nWarm start (fresh process, populated cache): import hkjit {imp:.1f} ms, "
-          f"first gemm result {first:.1f} ms (hkjit time, import excluded)")
+    peers = hot_path_rows()
+    ops = op_rows(args.ops.split(",") if args.ops else None)
+    allocs = alloc_rows()
+    for label, us in allocs.items():
+        print(f"  hkjit.gemm allocating natively through {label}: {us:.2f} us")
+    detail = native_detail_rows()
+    for label, us in detail.items():
+        print(f"  {label}: {us:.2f} us")
+    imp, first, heavy = warm_start()
+    print(f"\nWarm start (fresh process, populated cache): import hkjit {imp:.1f} ms, first gemm result "
+          f"{first:.1f} ms (hkjit time, import excluded); imported on the way: {heavy}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"per_call_us": rows, "warm_import_ms": imp, "warm_first_result_ms": first,
+            json.dump({"peers_us": peers, "ops_us": ops, "native_alloc_us": allocs, "native_detail_us": detail,
+                       "warm_import_ms": imp,
+                       "warm_first_result_ms": first, "warm_imported": heavy,
                        "device": torch.cuda.get_device_name()}, f, indent=2)
 
 

@@ -90,6 +90,13 @@ def markdown(results, plots=()) -> str:
     if results.get("hot_path"):
         out += ["", "## JIT: host µs per call (tiny inputs, same process)", "", "| path | µs per call |", "|---|---|"]
         out += [f"| {k} | {v if isinstance(v, str) else f'{v:.2f}'} |" for k, v in results["hot_path"].items()]
+    if results.get("hot_path_ops"):
+        cols = ("native out=", "native allocating", "python out=", "python allocating", "torch eager")
+        out += ["", "Every op's repeat path, host µs per call (native: hkjit/native; python: HKJIT_NATIVE=0's path):",
+                "", "| op | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for r in results["hot_path_ops"]:
+            cells = [f"{r[c]:.2f}" if isinstance(r.get(c), float) else r.get("error", "—") for c in cols]
+            out.append(f"| {r['op']} | " + " | ".join(cells) + " |")
     if results.get("warm_start"):
         w = results["warm_start"]
         out += ["", f"Warm start (fresh process, populated cache): `import hkjit` {w['import_ms']:.1f} ms, "
@@ -169,9 +176,10 @@ def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=No
         from . import jit_overhead
         _log("\nJIT hot path:")
         results["hot_path"] = jit_overhead.hot_path_rows(log=_log)
-        imp, first = jit_overhead.warm_start()
-        results["warm_start"] = {"import_ms": imp, "first_result_ms": first}
-        _log(f"warm start: import {imp:.1f} ms, first result {first:.1f} ms")
+        results["hot_path_ops"] = jit_overhead.op_rows(log=_log)
+        imp, first, heavy = jit_overhead.warm_start()
+        results["warm_start"] = {"import_ms": imp, "first_result_ms": first, "imported": heavy}
+        _log(f"warm start: import {imp:.1f} ms, first result {first:.1f} ms (imported on the way: {heavy})")
     _log("\nCold compile (python -m hkjit.bench.cold_compile):")
     results["cold_compile"] = cold_compile.cold_compile(names, log=_log)
     results["cold_breakdown"] = cold_compile.breakdown(log=_log)

@@ -381,20 +381,9 @@ def encode_tensor_map(ptr: int, in_dtype: str, dims: tuple, stride_bytes: int, b
     hit = _TMAP_CACHE.get(key)
     if hit is not None:
         return hit
-    from cuda.bindings import driver as cu
-    dt = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if in_dtype == "bfloat16"
-          else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        dt, 2, ptr, [u64(d) for d in dims], [u64(stride_bytes)], [u32(b) for b in box], [u32(1), u32(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle(_SWIZZLE[swizzle_bytes]),
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise InvalidArgumentError(f"cuTensorMapEncodeTiled failed ({err}) for dims={dims} "
-                                   f"stride={stride_bytes} box={box}")
-    raw = ctypes.string_at(tmap.getPtr(), 128)
+    from ..runtime import cuda
+    data_type = cuda.TMAP_BFLOAT16 if in_dtype == "bfloat16" else cuda.TMAP_FLOAT16
+    raw = cuda.encode_tensor_map(data_type, ptr, dims, (stride_bytes,), box, _SWIZZLE[swizzle_bytes])
     if len(_TMAP_CACHE) >= _TMAP_CACHE_MAX:
         _TMAP_CACHE.clear()
     _TMAP_CACHE[key] = raw
