@@ -95,6 +95,35 @@ def raw_launch_ctypes():
     return call
 
 
+def raw_launch_c_us(calls=CALLS, bursts=BURSTS) -> float:
+    """µs per cuLaunchKernel called back to back from C (launch_loop.c): the driver's own cost, the
+    floor under every path here."""
+    import torch
+    from pathlib import Path
+    from .. import hostcc
+    from ..runtime import cuda
+    loop = ctypes.CDLL(str(hostcc.build("bench_launch_loop", [Path(__file__).with_name("launch_loop.c")])))
+    loop.hk_launch_loop.restype = ctypes.c_double
+    loop.hk_launch_loop.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    dev = cuda.CudaDevice(0)
+    kernel = dev.load(_empty_cubin(), "empty_kernel")
+    x = torch.empty(16, device="cuda")
+    vals, params = _empty_args(x)
+    launch = ctypes.cast(cuda._lib.cuLaunchKernel, ctypes.c_void_p).value
+    stream = torch.cuda.current_stream().cuda_stream
+    error = ctypes.c_int(0)
+    samples = []
+    for i in range(bursts + 1):
+        seconds = loop.hk_launch_loop(launch, kernel.function, stream, params, calls, ctypes.byref(error))
+        if seconds < 0:
+            raise RuntimeError(f"cuLaunchKernel failed with CUresult {error.value}")
+        if i:                                  # the first burst warms up
+            samples.append(seconds / calls * 1e6)
+        torch.cuda.synchronize()
+    del vals
+    return statistics.median(samples)
+
+
 def cupy_raw():
     import cupy
     k = cupy.RawKernel(EMPTY, "empty_kernel")
@@ -315,6 +344,10 @@ def hot_path_rows(log=print) -> dict:
             rows[name] = _per_call_us(make())
         except Exception as e:  # noqa: BLE001
             rows[name] = f"unavailable: {type(e).__name__}: {e}"[:120]
+    try:
+        rows["raw cuLaunchKernel from a C loop (the driver's floor)"] = raw_launch_c_us()
+    except Exception as e:  # noqa: BLE001  (no C compiler: the row says so)
+        rows["raw cuLaunchKernel from a C loop (the driver's floor)"] = f"unavailable: {type(e).__name__}: {e}"[:120]
     raw = rows["raw cuLaunchKernel, cuda-bindings (pre-packed)"]
     log(f"Host µs per call ({torch.cuda.get_device_name()}):")
     for name, us in rows.items():
