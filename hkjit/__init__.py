@@ -29,6 +29,7 @@ _EXPORTS = {
     "silu_and_mul": "ops.activations", "gelu_and_mul": "ops.activations",
     "softmax": "ops.softmax",
     "topk": "ops.topk",
+    "causal_conv1d": "ops.causal_conv1d", "causal_conv1d_update": "ops.causal_conv1d",
 }
 
 __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError", "UnsupportedArrayError",

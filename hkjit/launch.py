@@ -158,8 +158,9 @@ def _check_scalars(op, scalars):
 def _check_writable(op, described):
     for name, a in zip(op.array_names, described):
         if a is not None and name in op.output_names and not interop.writable(a):
+            fix = "" if name in op.inplace_names else ", or leave it out to get a new one"
             raise InvalidArgumentError(f"{op.name}: {name} is read-only (or immutable, as JAX arrays are); "
-                                       "pass a writable array, or leave it out to get a new one")
+                                       f"pass a writable array{fix}")
 
 
 def signature(op, described, options, dev, compiler, tiles) -> tuple:

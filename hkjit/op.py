@@ -232,6 +232,7 @@ class Op:
     name: str = ""
     array_names: tuple = ()            # the arrays a call passes, in order (absent ones are None)
     output_names: tuple = ()           # those the kernel writes (allocated when not passed)
+    inplace_names: tuple = ()          # outputs the caller must pass: updated in place, never allocated
     scalar_names: tuple = ()           # run-time scalars (kernel arguments, not specialised on)
     params: tuple = ()                 # Param declarations (compile-time)
     shape_params: tuple = ()           # names of the shape params, in manifest order

@@ -7,9 +7,10 @@ An op joins by defining, on its Op object:
     bench_peers(torch) -> {name: fn}             the same function in torch (called as fn(*args, **kwargs))
     bench_bytes(case) -> int                     the fewest bytes the op must move (read + written)
     bench_tolerance(case) -> float               the relative error allowed against the reference
-Every configuration is checked against the op's first peer computed in float32 before timing; an op
-that returns a tuple (values and indices, a result and a residual sum) is compared part by part with
-a peer returning the same tuple, and the largest error counts. Kernel time is the median of CUDA
+Every configuration is checked against the op's first peer computed in float32 (on copies of the
+inputs, before hkjit's call: an op may update an input in place) before timing; an op that returns a
+tuple (values and indices, a result and a residual sum) is compared part by part with a peer
+returning the same tuple, and the largest error counts. Kernel time is the median of CUDA
 events (triton.testing.do_bench), hkjit and peers alternated over rounds; small problems rotate over
 several input sets so repeated runs do not time the L2 cache. Host time is the wall time per call
 of a burst of calls issued without waiting for the GPU (what launch cost a small shape pays).
@@ -88,9 +89,10 @@ def run(op, hkjit_fn, quick=False, log=print) -> list:
         copies = max(1, min(8, L2_ROTATE_BYTES // max(1, nbytes)))
         sets = [op.bench_inputs(case, torch) for _ in range(copies)]
         args, kwargs = sets[0]
-        got = hkjit_fn(*args, **kwargs)
         ref_name, ref_fn = next(iter(peers.items()))
-        ref = ref_fn(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args], **kwargs)
+        ref = ref_fn(*[a.to(torch.float32, copy=True) if torch.is_tensor(a) and a.is_floating_point() else a
+                       for a in args], **kwargs)
+        got = hkjit_fn(*args, **kwargs)
         err = _rel_err(got, ref)
         for fn in peers.values():      # compile (torch.compile) and warm every peer before timing
             fn(*args, **kwargs)

@@ -83,9 +83,9 @@ def compile_vop3p(o, inst, m):
             xs = [r(g) for r in rds]
             lo = [sel(x, (opsel >> i) & 1) for i, x in enumerate(xs)]
             hi = [sel(x, (opsel_hi >> i) & 1) for i, x in enumerate(xs)]
-            if fn is None:
+            if fn is None:   # v_pk_mov_b32: op_sel[0] picks src0's half for D.lo, op_sel[1] src1's for D.hi
                 _write(g, d, lo[0])
-                _write(g, d + 1, hi[1])
+                _write(g, d + 1, lo[1])
                 return
             lo = [v.view(F32) for v in lo]
             hi = [v.view(F32) for v in hi]

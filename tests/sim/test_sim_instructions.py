@@ -116,6 +116,13 @@ def test_float_packing_and_dot(arch):
     np.testing.assert_array_equal(vop(arch, "pk_fmac_f16", h), hbits(*fma))
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_pk_mov_b32_selects_halves_by_op_sel(arch):
+    x = rng.integers(0, 2**32, (64, 4), dtype=np.uint64).astype(U32)
+    _, out = run(code(arch), "pk_mov_b32", arch, (1, 1, 1), (64, 1, 1), [x.reshape(-1), np.zeros(256, U32)])
+    np.testing.assert_array_equal(out.reshape(64, 4), x[:, [1, 2, 0, 3]])
+
+
 def test_cdna4_nan_propagating_min_max():
     arch = "gfx950"
     v = rng.standard_normal((128, 3)).astype(np.float32)

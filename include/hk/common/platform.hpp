@@ -28,7 +28,7 @@
 #ifndef __host__
 #define __host__ __attribute__((host))
 #endif
-#define HK_LAUNCH_BOUNDS(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+#define HK_LAUNCH_BOUNDS(threads, min_blocks) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #define HK_GRID_CONSTANT
 #if defined(__gfx950__)
 #define HK_CDNA4 1
@@ -40,7 +40,7 @@
 #error "hk: unsupported AMD target; hkjit supports gfx942 and gfx950"
 #endif
 #else
-#define HK_LAUNCH_BOUNDS(threads) __launch_bounds__(threads, 1)
+#define HK_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
 #define HK_GRID_CONSTANT __grid_constant__
 #endif
 
@@ -101,5 +101,16 @@ template <class KEY, int AXIS> struct tile_vec;
 // The one entry point hkjit generates per specialisation: an extern "C" kernel taking the
 // kernel's `args` struct by value (CUDA: __grid_constant__, so TMA descriptors inside it can be
 // addressed). K is a concrete kernel type with `threads`, `args` and `static run(const args&)`.
+// K may also say `static constexpr int min_blocks`: the blocks per SM the NVIDIA compiler must leave
+// registers for (__launch_bounds__'s second argument, a register cap for streaming kernels whose
+// speed is the loads they keep in flight; default 1). CDNA compilers take only the block size.
+namespace hk {
+template <class K> HK_HD constexpr int min_blocks_of() {
+  if constexpr (requires { K::min_blocks; }) return K::min_blocks;
+  else return 1;
+}
+}  // namespace hk
 #define HK_ENTRY(name, K) \
-  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads) name(const HK_GRID_CONSTANT K::args a) { K::run(a); }
+  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::min_blocks_of<K>()) name(const HK_GRID_CONSTANT K::args a) { \
+    K::run(a);                                                                                                           \
+  }

@@ -63,6 +63,16 @@ VOP(maximum3_f32, "v_maximum3_f32 %0, %1, %2, %3")
 VOP(pk_minimum3_f16, "v_pk_minimum3_f16 %0, %1, %2, %3")
 #endif
 
+// v_pk_mov_b32: D.lo = src0's half op_sel[0], D.hi = src1's half op_sel[1] (op_sel_hi selects
+// nothing); what clang emits to pair the odd and even floats of two registers.
+extern "C" __global__ void pk_mov_b32(const u32* in, u32* out) {
+  int t = LANE;
+  u32x2 a = {in[4 * t], in[4 * t + 1]}, b = {in[4 * t + 2], in[4 * t + 3]}, d, e;
+  asm volatile("v_pk_mov_b32 %0, %2, %3 op_sel:[1,0]\n v_pk_mov_b32 %1, %2, %3 op_sel:[0,1]"
+               : "=&v"(d), "=&v"(e) : "v"(a), "v"(b));
+  out[4 * t] = d.x; out[4 * t + 1] = d.y; out[4 * t + 2] = e.x; out[4 * t + 3] = e.y;
+}
+
 SOP(brev_b64, u64, u64, "s_brev_b64 %0, %1")
 SOP(ff0_i32_b32, u32, u32, "s_ff0_i32_b32 %0, %1")
 SOP(ff0_i32_b64, u64, u32, "s_ff0_i32_b64 %0, %1")
