@@ -4,8 +4,9 @@ A record is one JSON object: the key, the compiler files' fingerprint, what the 
 must say it is (`expect`: op, target, entry, params), the digest of the header contents the key was
 computed from (`closure`) and the stamp of those header files (`stamp`: path, mtime, size, ctime,
 inode, which may be empty), and a sha256 over the canonical JSON of all that. Records written before
-`closure` and `stamp` existed are still whole records; a lookup never takes them. The checksum catches damage (a torn or edited record is a miss: the key is computed again);
-it is not a signature. A forged record with a valid checksum is caught one step later: the entry it
+`closure` and `stamp` existed are still whole records; a lookup never takes them. The checksum
+catches damage (a torn or edited record is a miss: the key is computed again); it is not a
+signature. A forged record with a valid checksum is caught one step later: the entry it
 points at must match `expect` and the specialisation asked for (hkjit.jit checks both), so a record
 naming another valid key never runs the other kernel."""
 
