@@ -308,10 +308,9 @@ t3 = time.perf_counter()
 c = gemm(a, b); torch.cuda.synchronize()
 t4 = time.perf_counter()
 err = ((c.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
-heavy = ",".join(m for m in ("cuda.bindings.driver", "cuda.bindings.nvrtc", "hkjit.compiler", "hkjit.pch", "hkjit.deploy",
-                             "hkjit.native", "hkjit.cache.bundle", "hkjit.cache.prune", "hkjit.ops._cdna_gemm",
-                             "zipfile", "tempfile", "subprocess")
-                 if m in sys.modules and m not in before) or "-"
+watched = ("cuda.bindings.driver", "cuda.bindings.nvrtc", "hkjit.compiler", "hkjit.pch", "hkjit.deploy", "hkjit.native",
+           "hkjit.cache.bundle", "hkjit.cache.prune", "hkjit.ops._cdna_gemm", "zipfile", "tempfile", "subprocess")
+heavy = ",".join(m for m in watched if m in sys.modules and m not in before) or "-"
 hashed = len(sys.modules["hkjit.spec"]._closures)
 print(f"{(t2 - t1) * 1e3:.2f} {(t4 - t2) * 1e3:.2f} {(t3 - t2) * 1e3:.2f} {err:.2e} {heavy} {hashed}")
 '''
