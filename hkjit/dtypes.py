@@ -1,18 +1,19 @@
 """The dtypes hkjit knows, by one canonical name each, and their C++ spelling in include/hk.
 Only names from this table ever reach generated source."""
 
-from dataclasses import dataclass
+from __future__ import annotations
 
 from .errors import DTypeError
+from .values import Frozen
 
 
-@dataclass(frozen=True)
-class DType:
-    name: str          # canonical name: "bfloat16"
-    itemsize: int      # bytes
-    cpp: str           # type in include/hk: "hk::bf16"
-    dlpack: tuple      # (DLDataTypeCode, bits)
-    numpy: str | None  # numpy dtype string, None where numpy has no such type
+class DType(Frozen):
+    __slots__ = ("name", "itemsize", "cpp", "dlpack", "numpy")
+
+    def __init__(self, name: str, itemsize: int, cpp: str, dlpack: tuple, numpy: str | None):
+        # name: canonical ("bfloat16"); itemsize: bytes; cpp: the type in include/hk ("hk::bf16");
+        # dlpack: (DLDataTypeCode, bits); numpy: numpy's dtype string, None where numpy has no such type
+        self._set(name=name, itemsize=itemsize, cpp=cpp, dlpack=dlpack, numpy=numpy)
 
 
 # DLPack type codes: 0 int, 1 uint, 2 float, 4 bfloat.

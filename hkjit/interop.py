@@ -6,30 +6,33 @@ export alone costs ~2.5 µs on torch); any other object is read through its DLPa
 Frameworks are never imported by hkjit: an object is recognised by the module that made it.
 """
 
+from __future__ import annotations
+
 import ctypes
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from . import dtypes
 from .dtypes import DType
 from .errors import UnsupportedArrayError
+from .values import Mutable
 
 # DLPack device types
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_ROCM, DL_CUDA_MANAGED = 1, 2, 3, 10, 13
 _DEVICE_KIND = {DL_CPU: "cpu", DL_CUDA_HOST: "cpu", DL_CUDA: "cuda", DL_CUDA_MANAGED: "cuda", DL_ROCM: "rocm"}
 
 
-@dataclass(slots=True)
-class Array:
-    ptr: int              # address of element [0, 0, ...] (byte offset applied)
-    shape: tuple
-    strides: tuple        # in elements
-    dtype: DType
-    device: str           # "cpu", "cuda", "rocm"
-    index: int            # device ordinal
-    framework: str        # "torch", "cupy", "jax", "numpy", "dlpack"
-    obj: Any              # the caller's object (kept alive while in use; also the capsule for "dlpack")
+class Array(Mutable):
+    """An array as hkjit reads it: `ptr` (the address of element [0, 0, ...], byte offset
+    applied), `shape`, `strides` (in elements), `dtype`, `device` ("cpu", "cuda", "rocm") and its
+    `index` (ordinal), `framework` ("torch", "cupy", "jax", "numpy", "dlpack") and `obj`, the
+    caller's object (kept alive while in use; also the capsule for "dlpack")."""
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "index", "framework", "obj")
+
+    def __init__(self, ptr: int, shape: tuple, strides: tuple, dtype: DType, device: str, index: int,
+                 framework: str, obj: Any):
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+        self.device, self.index, self.framework, self.obj = device, index, framework, obj
 
     @property
     def ndim(self):

@@ -5,6 +5,8 @@ a fresh compile); `load_spec` also loads it on a device, rebuilding once if the 
 out to be unloadable.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -12,7 +14,6 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache as cache_mod
@@ -20,18 +21,18 @@ from . import spec as spec_mod
 from .cache import index as index_mod
 from .errors import CacheWarning, CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
 from .spec import Specialization
+from .values import Mutable
 
 
-@dataclass
-class Built:
-    """A compiled specialisation: what `hkjit.build` returns."""
-    op: str
-    target: str
-    key: str
-    code: bytes
-    meta: dict
-    params: dict = field(default_factory=dict)
-    compiled: bool = False   # True when this call ran the compiler (False: memory, bundle or disk)
+class Built(Mutable):
+    """A compiled specialisation: what `hkjit.build` returns. `compiled` is True when this call ran
+    the compiler (False: memory, bundle or disk)."""
+    __slots__ = ("op", "target", "key", "code", "meta", "params", "compiled")
+
+    def __init__(self, op: str, target: str, key: str, code: bytes, meta: dict, params: dict | None = None,
+                 compiled: bool = False):
+        self.op, self.target, self.key, self.code, self.meta = op, target, key, code, meta
+        self.params, self.compiled = ({} if params is None else params), compiled
 
     def __repr__(self):
         return (f"Built(op={self.op!r}, target={self.target!r}, key={self.key[:16]}…, "
@@ -45,30 +46,33 @@ def _include_dirs():
     return [spec_mod.include_dir(), spec_mod.kernel_sources_dir()]
 
 
-def _spec_id(spec: Specialization, compiler) -> str:
-    """Hash of everything that picks a kernel's key except the compiler's identity: the generated
-    unit, every file it includes, and what steers compiler selection."""
+def _index_id(spec: Specialization, compiler) -> str:
+    """Names the key-index record of `spec`: the generated unit, where its headers are read from,
+    and what steers compiler selection. Header contents are not hashed here: the record carries a
+    stamp of the header files (spec.Closure), so a warm start reads no header."""
     env = {v: os.environ.get(v) for v in ("HKJIT_COMPILER", "HKJIT_CLANG", "PATH")}
-    text = json.dumps({"unit": spec_mod.render(spec), "files": spec_mod.header_closure(spec.source),
-                       "requested": compiler, "env": env, "target": spec.target.id}, sort_keys=True)
+    text = json.dumps({"unit": spec_mod.render(spec), "requested": compiler, "env": env, "target": spec.target.id,
+                       "roots": [str(d) for d in _include_dirs()]}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
-    """The cache key of `spec`. The key covers the compiler's identity, but asking a compiler
-    who it is can cost more than the rest of a warm start (importing NVRTC alone: ~60 ms), so
-    the key found last time is kept in an index beside the cache and reused while the compiler's
-    files are unchanged. With no compiler at all (a deployment), the toolchains recorded in the
-    bundles give the keys of the kernels they hold."""
+    """The cache key of `spec`: a hash of the unit, every header it includes (their contents), the
+    compiler's identity and flags. Asking a compiler who it is can cost more than the rest of a
+    warm start (importing NVRTC alone: ~60 ms), and hashing the headers costs milliseconds, so the
+    key found last time is kept in an index beside the cache and reused while the compiler's files
+    and the header files are unchanged (see _index_lookup). With no compiler at all (a
+    deployment), the toolchains recorded in the bundles give the keys of the kernels they hold."""
     memo = (spec, compiler, os.environ.get("HKJIT_COMPILER"))
     key = _keys.get(memo)
     if key is not None:
         return key
     cache = cache_mod.default_cache()
-    spec_id = _spec_id(spec, compiler)
-    key = _index_lookup(cache, spec_id, spec)
+    index_id = _index_id(spec, compiler)
+    key = _index_lookup(cache, index_id, spec)
     if key is None:
         from . import compiler as compiler_mod   # here: a warm start finds its key in the index
+        closure = spec_mod.closure(spec.source)
         try:
             comp = compiler_mod.find_compiler(spec.target, compiler)
         except CompilerNotFoundError:
@@ -79,8 +83,8 @@ def cache_key(spec: Specialization, compiler=None, miss_hint=None) -> str:
                 raise
         else:
             flags = comp.flags(spec.target, _include_dirs())
-            key = cache_mod.make_key(spec_mod.key_parts(spec, comp.identity, flags))
-            _index_store(cache, spec_id, key, comp.fingerprint(), spec)
+            key = cache_mod.make_key(spec_mod.key_parts(spec, comp.identity, flags, closure.files))
+            _index_store(cache, index_id, key, comp.fingerprint(), spec, closure)
     _keys[memo] = key
     return key
 
@@ -111,11 +115,12 @@ def _expectation(spec: Specialization) -> dict:
 _warned_records: set = set()
 
 
-def _index_lookup(cache, spec_id, spec):
-    """The key recorded for `spec_id`, or None. Trusted only when the record is whole (checksum),
-    the compiler is unchanged, and the entry it names exists and is this specialisation: a record
-    edited to name another valid key is a miss, never the other kernel."""
-    path = index_mod.record_path(cache.root, spec_id)
+def _index_lookup(cache, index_id, spec):
+    """The key recorded for `index_id`, or None. Trusted only when the record is whole (checksum),
+    the compiler's files are unchanged, the headers are (their stamp holds; else they are hashed
+    and must hash as they did), and the entry the record names exists and is this specialisation:
+    a record edited to name another valid key is a miss, never the other kernel."""
+    path = index_mod.record_path(cache.root, index_id)
     try:
         record = index_mod.read_record(path)
         if record is None:
@@ -125,6 +130,14 @@ def _index_lookup(cache, spec_id, spec):
             if (st.st_mtime_ns, st.st_size) != (mtime_ns, size):
                 return None
         key = cache_mod.check_key(record["key"])
+        expect = _expectation(spec)
+        if record["expect"] != expect:
+            return None
+        closure = None
+        if not (record["stamp"] and spec_mod.stamp_holds(record["stamp"])):
+            closure = spec_mod.closure(spec.source)       # touched, copied or edited: hash them
+            if closure.digest() != record["closure"]:
+                return None
     except index_mod.CorruptRecordError as e:
         if path not in _warned_records:
             _warned_records.add(path)
@@ -133,20 +146,23 @@ def _index_lookup(cache, spec_id, spec):
         return None
     except (OSError, ValueError, KeyError, TypeError, HKJitError):
         return None
-    expect = _expectation(spec)
-    if record["expect"] != expect:
-        return None
     entry = cache.get(key)
     if entry is None or index_mod.expectation_problem(expect, entry.meta):
         return None
+    if closure is not None and closure.settled():
+        _index_store(cache, index_id, key, record["fingerprint"], spec, closure)   # a fresh stamp
     return key
 
 
-def _index_store(cache, spec_id, key, fingerprint, spec):
+def _index_store(cache, index_id, key, fingerprint, spec, closure):
     if not fingerprint:
         return  # a compiler whose files cannot be identified is asked every time
+    # A stamp of files changed in the last seconds is not kept (spec.SETTLE_NS): the next process
+    # hashes them and records the stamp once they have settled.
+    stamp = closure.stamp if closure.settled() else []
     try:
-        index_mod.write_record(cache.root, spec_id, key, fingerprint, _expectation(spec), cache.mkdirs)
+        index_mod.write_record(cache.root, index_id, key, fingerprint, _expectation(spec), cache.mkdirs,
+                               closure=closure.digest(), stamp=stamp)
     except OSError:
         pass  # read-only or full cache: the index is only a shortcut (write_record left no temp file)
 
@@ -241,6 +257,7 @@ def reset() -> None:
     untouched)."""
     _keys.clear()
     _loaded.clear()
+    spec_mod.reset()
     pch_mod = sys.modules.get(f"{__package__}.pch")   # nothing to forget if no compile imported it
     if pch_mod is not None:
         pch_mod.reset()

@@ -26,7 +26,7 @@ import math
 import os
 import sys
 
-from . import interop, jit, manifest, native, runtime
+from . import interop, jit, runtime
 from .errors import DeviceError, InvalidArgumentError
 from .interop import Array
 
@@ -139,8 +139,11 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
 
 def miss_hint(op_name: str, target_id: str, request: dict):
     """What an offline miss tells the user: the manifest line that ships this kernel."""
-    return lambda: ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
-                    + manifest.manifest_line(op_name, target_id, request))
+    def hint():
+        from . import manifest   # here: only an offline miss writes a manifest line
+        return ("To ship it, add this line to the precompile manifest's kernels and rebuild the bundle:\n  "
+                + manifest.manifest_line(op_name, target_id, request))
+    return hint
 
 
 def _result(binding, objs):
@@ -350,6 +353,7 @@ def _go_native(entry, values, ptrs, scalars, made) -> bool:
 def remember_native(table, op, values, options, scalars, ptrs, launcher, made) -> bool:
     """Register a call with a native table (hkjit/native): `values` as the caller passed them,
     `ptrs` the pointers its block holds, `made` the outputs allocated for it (slot -> tensor)."""
+    from . import native   # here: a process's first calls never need the native path
     plan, binding, names = launcher.plan, launcher.binding, op.array_names
 
     def repack(ptrs, scalars) -> bytes:
@@ -362,6 +366,7 @@ def remember_native(table, op, values, options, scalars, ptrs, launcher, made) -
 
 
 def _start_native():
+    from . import native
     ext = native.extension()
     if ext is None:
         return False

@@ -18,25 +18,25 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .dtypes import DType, dtype as to_dtype
 from .errors import DTypeError, InvalidArgumentError
 from .spec import Specialization
 from .targets import Target, parse as parse_target
+from .values import Frozen, Mutable
 
 _MISSING = object()
 
 
-@dataclass(frozen=True)
-class Param:
-    """One compile-time parameter of an op (a keyword of `hkjit.build`)."""
-    name: str
-    kind: str                      # "size", "dtype", "choice", "bool", "int"
-    default: Any = _MISSING        # _MISSING: required
-    choices: tuple = ()            # dtype names or allowed values
-    doc: str = ""
+class Param(Frozen):
+    """One compile-time parameter of an op (a keyword of `hkjit.build`): its `kind` ("size",
+    "dtype", "choice", "bool", "int"), `default` (none given: required), `choices` (dtype names or
+    allowed values) and `doc`."""
+    __slots__ = ("name", "kind", "default", "choices", "doc")
+
+    def __init__(self, name: str, kind: str, default: Any = _MISSING, choices: tuple = (), doc: str = ""):
+        self._set(name=name, kind=kind, default=default, choices=choices, doc=doc)
 
     @property
     def required(self) -> bool:
@@ -176,53 +176,87 @@ def _check_struct_ranges(struct_type) -> None:
         elif getattr(ctype, "_type_", None) == "f":
             ranges[name] = "float32"                    # ctypes rounds 1e300 to inf silently
     struct_type._hkjit_ranges_ = ranges
-    init = _checked_init(struct_type, ranges)
+    init = _deferred_init(struct_type, ranges)
     if init is not None:
         struct_type.__init__ = init
     struct_type.__setattr__ = _checked_setattr
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Everything the launch path needs for one specialisation on one target.
+def _deferred_init(struct_type, ranges):
+    """The checked __init__ of `struct_type` (None where _checked_init makes none): the first
+    construction checks each value with `_checked_value`, in field order, as the generated one does
+    (same values stored, same errors), and the second installs and runs the generated one.
+    Compiling that costs about 1 ms, most of a plan, while a process's first call of a signature
+    fills its struct once; calls that fill again (new pointers, new scalars) pay it then."""
+    import keyword
+    names = [f[0] for f in struct_type._fields_]
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n in ("self", "_M", "_v", "_set") for n in names):
+        return None
+    setters = {n: struct_type.__dict__[n].__set__ for n in names}
+    made = []
+
+    def __init__(self, *args, **kwargs):
+        if made:
+            init = struct_type.__init__ = _checked_init(struct_type, ranges)
+            return init(self, *args, **kwargs)
+        if len(args) > len(names):
+            raise TypeError(f"{struct_type.__name__}() takes at most {len(names)} arguments ({len(args)} given)")
+        given = dict(zip(names, args))
+        for n, v in kwargs.items():
+            if n not in setters:
+                raise TypeError(f"{struct_type.__name__}() got an unexpected keyword argument {n!r}")
+            if n in given:
+                raise TypeError(f"{struct_type.__name__}() got multiple values for argument {n!r}")
+            given[n] = v
+        for n in names:
+            if n in given:
+                rng = ranges.get(n)
+                setters[n](self, given[n] if rng is None else _checked_value(n, given[n], rng))
+        made.append(True)
+    return __init__
+
+
+class Plan(Frozen):
+    """Everything the launch path needs for one specialisation on one target: the `spec`, its
+    `config`, `threads`, `dynamic_smem` and `grid`, `args_type` (the ctypes.Structure mirroring the
+    kernel's args) and `fill(**kernel arguments)` giving one, `workspace_bytes` of device scratch
+    per stream (0: none) of which the leading `workspace_zeroed` bytes must start zeroed.
 
     Every integer written into `args_type` is checked against its field's C type (see
     `_check_struct_ranges`); `fill` raises InvalidArgumentError naming the op and the field."""
-    spec: Specialization
-    config: Config
-    threads: int
-    dynamic_smem: int
-    grid: tuple
-    args_type: type                                   # the ctypes.Structure mirroring the kernel's args
-    fill: Callable[..., ctypes.Structure]             # fill(**kernel arguments) -> args_type instance
-    workspace_bytes: int = 0                          # device scratch per stream (0: none)
-    workspace_zeroed: int = 0                         # leading bytes of it that must start zeroed
+    __slots__ = ("spec", "config", "threads", "dynamic_smem", "grid", "args_type", "fill", "workspace_bytes",
+                 "workspace_zeroed")
 
-    def __post_init__(self):
-        _check_struct_ranges(self.args_type)
-        fill, op = self.fill, self.spec.op
+    def __init__(self, spec: Specialization, config: Config, threads: int, dynamic_smem: int, grid: tuple,
+                 args_type: type, fill: Callable[..., ctypes.Structure], workspace_bytes: int = 0,
+                 workspace_zeroed: int = 0):
+        _check_struct_ranges(args_type)
+        op = spec.op
 
         def checked_fill(**arguments):
             try:
                 return fill(**arguments)
             except _FieldRangeError as e:
                 raise InvalidArgumentError(f"{op}: {e}") from None
-        object.__setattr__(self, "fill", checked_fill)
+        self._set(spec=spec, config=config, threads=threads, dynamic_smem=dynamic_smem, grid=grid,
+                  args_type=args_type, fill=checked_fill, workspace_bytes=workspace_bytes,
+                  workspace_zeroed=workspace_zeroed)
 
 
-@dataclass
-class Binding:
+class Binding(Mutable):
     """One call signature (dtypes, shapes, strides, alignment classes) bound to an op.
 
     `request` are the `hkjit.build` keywords that give the kernel; `outputs` the arrays to allocate
     when the caller passed none (name -> (shape, DType)); `args(ptrs, scalars)` returns the keyword
     arguments of `Plan.fill` from the call's pointers (name -> int, 0 for absent arrays, plus
-    'workspace') and run-time scalars; `returns` names what the call gives back."""
-    request: dict
-    outputs: dict
-    args: Callable[[dict, tuple], dict]
-    returns: tuple = ("out",)
-    aligned_copies: tuple = ()         # arrays the kernel cannot read in place (re-laid out first)
+    'workspace') and run-time scalars; `returns` names what the call gives back; `aligned_copies`
+    the arrays the kernel cannot read in place (re-laid out first)."""
+    __slots__ = ("request", "outputs", "args", "returns", "aligned_copies")
+
+    def __init__(self, request: dict, outputs: dict, args: Callable[[dict, tuple], dict],
+                 returns: tuple = ("out",), aligned_copies: tuple = ()):
+        self.request, self.outputs, self.args = request, outputs, args
+        self.returns, self.aligned_copies = returns, aligned_copies
 
 
 class Op:
@@ -248,7 +282,8 @@ class Op:
     def check_params(self, params: dict) -> tuple[dict, dict]:
         """(validated params with defaults, tile overrides); unknown keywords raise."""
         known = {p.name: p for p in self.params}
-        unknown = sorted(set(params) - set(known) - set(self.tile_keywords))
+        extra = set(params) - set(known)     # tile overrides (tile_keywords may import an arch module)
+        unknown = sorted(extra - set(self.tile_keywords)) if extra else []
         if unknown:
             raise InvalidArgumentError(
                 f"{self.name}: unknown keyword(s) {', '.join(unknown)}; parameters are "
@@ -261,7 +296,7 @@ class Op:
                 raise InvalidArgumentError(f"{self.name}: missing {p.name}= ({p.doc or p.kind})")
             else:
                 values[p.name] = p.default
-        tiles = {k: v for k, v in params.items() if k in self.tile_keywords}
+        tiles = {k: v for k, v in params.items() if k in extra}
         for k, v in tiles.items():
             # Every tile value ends up in a C++ template argument or an int field: refuse what no
             # C int holds here, so clang never has to (each arch module narrows the range further).

@@ -5,15 +5,19 @@ fixed vocabulary) ever reach generated source, and the C++ type expression an op
 is checked again against a strict grammar before it is written out.
 """
 
+from __future__ import annotations
+
 import functools
 import hashlib
+import os
 import re
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 from ._version import __version__
 from .errors import HKJitError, InvalidArgumentError
 from .targets import Target
+from .values import Frozen
 
 _PKG = Path(__file__).resolve().parent
 
@@ -49,30 +53,30 @@ def check_value(name: str, value):
     raise InvalidArgumentError(f"parameter {name}={value!r} is not an int, bool or identifier")
 
 
-@dataclass(frozen=True)
-class Specialization:
-    """Everything that decides a kernel's code, and nothing that does not."""
-    op: str
-    target: Target
-    source: str            # file name under kernel_sources/
-    kernel_type: str       # C++ type, e.g. "gemm_hopper<hk::bf16, hk::bf16, 128, 256, ...>"
-    entry: str             # extern "C" name of the generated kernel
-    params: tuple          # sorted ((name, value), ...) of the validated parameters
-    # ((member, value), ...): facts Python derived that the C++ type must agree with (threads,
-    # dynamic_smem, ...); the generated unit static_asserts each, so a formula kept on both sides
-    # can never drift apart unnoticed.
-    checks: tuple = ()
+class Specialization(Frozen):
+    """Everything that decides a kernel's code, and nothing that does not.
 
-    def __post_init__(self):
-        if not _CPP_TYPE.match(self.kernel_type):
-            raise InvalidArgumentError(f"refusing to generate source for kernel type {self.kernel_type!r}")
-        if not _IDENT.match(self.entry) or not re.match(r"^[A-Za-z0-9_.\-]+$", self.source):
-            raise InvalidArgumentError(f"bad entry {self.entry!r} or source {self.source!r}")
-        for name, value in self.params + self.checks:
+    op, target; source: the file name under kernel_sources/; kernel_type: the C++ type, e.g.
+    "gemm_hopper<hk::bf16, hk::bf16, 128, 256, ...>"; entry: the extern "C" name of the generated
+    kernel; params: sorted ((name, value), ...) of the validated parameters; checks: ((member,
+    value), ...), facts Python derived that the C++ type must agree with (threads, dynamic_smem,
+    ...): the generated unit static_asserts each, so a formula kept on both sides can never drift
+    apart unnoticed."""
+    __slots__ = ("op", "target", "source", "kernel_type", "entry", "params", "checks")
+
+    def __init__(self, op: str, target: Target, source: str, kernel_type: str, entry: str, params: tuple,
+                 checks: tuple = ()):
+        if not _CPP_TYPE.match(kernel_type):
+            raise InvalidArgumentError(f"refusing to generate source for kernel type {kernel_type!r}")
+        if not _IDENT.match(entry) or not re.match(r"^[A-Za-z0-9_.\-]+$", source):
+            raise InvalidArgumentError(f"bad entry {entry!r} or source {source!r}")
+        for name, value in params + checks:
             check_value(name, value)
-        for name, value in self.checks:
+        for name, value in checks:
             if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidArgumentError(f"bad check {name}={value!r}: a member name and an int")
+        self._set(op=op, target=target, source=source, kernel_type=kernel_type, entry=entry, params=params,
+                  checks=checks)
 
     @property
     def param_dict(self) -> dict:
@@ -100,35 +104,94 @@ def render(spec: Specialization) -> str:
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
+# A file or folder changed this recently may change again within the file system's clock tick
+# without its stamp moving (git calls such files "racily clean"), so a stamp holding one is never
+# trusted later: such a closure is hashed again until its files have settled.
+SETTLE_NS = 3_000_000_000
 
-@functools.lru_cache(maxsize=64)
-def _closure_cached(source: str, stamp: tuple) -> tuple:
-    return tuple(sorted(_scan(source).items()))
+
+class Closure:
+    """The headers a kernel source includes: `files` (path relative to its root -> sha256, what
+    the cache key covers) and `stamp`, the ((path, mtime_ns, size, ctime_ns, inode), ...) of every
+    file read and of every folder whose entries decided where an #include resolved. Each file was
+    stat'ed before it was read, so a change after the read moves the stamp.
+
+    While the stamp holds (`stamp_holds`), `files` are what hashing would give again: an edit moves
+    the file's ctime even where its size is kept and its mtime set back, a replaced file has a new
+    inode, and a header added where it would shadow another changes the folder it lands in."""
+    __slots__ = ("files", "stamp")
+
+    def __init__(self, files: dict, stamp: tuple):
+        self.files, self.stamp = files, stamp
+
+    def digest(self) -> str:
+        """sha256 over `files`: equal digests, equal header contents."""
+        return hashlib.sha256(repr(sorted(self.files.items())).encode()).hexdigest()
+
+    def settled(self, now_ns: int | None = None) -> bool:
+        """Whether every file and folder of the stamp is older than SETTLE_NS (see there)."""
+        limit = (time.time_ns() if now_ns is None else now_ns) - SETTLE_NS
+        return all(max(mtime, ctime) < limit for _, mtime, _, ctime, _ in self.stamp)
 
 
-def _resolve(name: str, relative_to: Path | None) -> Path:
+def _stat(path) -> tuple:
+    st = os.stat(path)
+    return (st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino)
+
+
+def stamp_holds(stamp) -> bool:
+    """Whether every (path, mtime_ns, size, ctime_ns, inode) of `stamp` still describes its path."""
+    try:
+        return all(_stat(path) == (mtime, size, ctime, ino) for path, mtime, size, ctime, ino in stamp)
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _watch_dirs(root: Path, name: str, watch: dict) -> None:
+    """Stamp the folders on the way from `root` to where `name` would be: creating, removing,
+    renaming or relinking anything there (a header that would shadow this one, a new folder on the
+    way) changes one of their stamps. Missing folders stop the walk: creating one changes its
+    parent, which is stamped."""
+    folder = root
+    for part in Path(name).parts[:-1] + ("",):
+        real = os.path.realpath(folder)
+        if real not in watch:
+            try:
+                watch[real] = _stat(real)
+            except OSError:
+                return
+        if not part:
+            return
+        folder = folder / part
+        if not folder.is_dir():
+            return
+
+
+def _resolve(name: str, relative_to: Path | None, watch: dict) -> Path:
     roots = ([relative_to] if relative_to else []) + [kernel_sources_dir(), include_dir()]
     for root in roots:
+        _watch_dirs(root, name, watch)
         p = (root / name).resolve()
         if p.is_file():
             return p
     raise HKJitError(f'#include "{name}" not found in {", ".join(str(r) for r in roots)}')
 
 
-def _scan(source: str) -> dict:
-    """sha256 of every file the kernel source includes (transitively), by path relative to its root."""
-    seen = {}
-    stack = [_resolve(source, None)]
+def scan(source: str) -> Closure:
+    """Hash every file the kernel source includes (transitively) and stamp what decided them."""
+    files, watch = {}, {}
+    stack = [_resolve(source, None, watch)]
     while stack:
         path = stack.pop()
         rel = _rel(path)
-        if rel in seen:
+        if rel in files:
             continue
+        watch[str(path)] = _stat(path)        # before the read: a change after it moves the stamp
         text = path.read_bytes()
-        seen[rel] = hashlib.sha256(text).hexdigest()
+        files[rel] = hashlib.sha256(text).hexdigest()
         for inc in _INCLUDE.findall(text.decode(errors="replace")):
-            stack.append(_resolve(inc, path.parent))
-    return seen
+            stack.append(_resolve(inc, path.parent, watch))
+    return Closure(files, tuple((p, *st) for p, st in sorted(watch.items())))
 
 
 @functools.cache
@@ -146,28 +209,39 @@ def _rel(path: Path) -> str:
     return str(path)
 
 
-def _tree_stamp() -> tuple:
-    """Cheap fingerprint (mtimes, sizes) of the source folders, so the closure is re-hashed only
-    when a file there changed."""
-    stamp = []
-    for root in (kernel_sources_dir(), include_dir()):
-        for p in sorted(root.rglob("*")):
-            if p.is_file():
-                st = p.stat()
-                stamp.append((str(p), st.st_mtime_ns, st.st_size))
-    return tuple(stamp)
+_closures: dict = {}   # (source, roots) -> Closure, kept while its stamp holds and has settled
+
+
+def closure(source: str) -> Closure:
+    """The closure of `source`, hashed again only when its stamp moved (or has not settled)."""
+    slot = (source, kernel_sources_dir(), include_dir())
+    known = _closures.get(slot)
+    if known is not None and stamp_holds(known.stamp):
+        return known
+    found = scan(source)
+    if found.settled():
+        _closures[slot] = found
+    else:
+        _closures.pop(slot, None)
+    return found
 
 
 def header_closure(source: str) -> dict:
-    return dict(_closure_cached(source, _tree_stamp()))
+    return dict(closure(source).files)
 
 
-def key_parts(spec: Specialization, compiler_identity: str, flags: list[str]) -> dict:
-    """Everything the cache key covers (the cache adds its own format version)."""
+def reset() -> None:
+    """Forget the closures hashed in this process."""
+    _closures.clear()
+
+
+def key_parts(spec: Specialization, compiler_identity: str, flags: list[str], files: dict | None = None) -> dict:
+    """Everything the cache key covers (the cache adds its own format version). `files`: the
+    header closure's hashes when the caller has them (they are hashed here otherwise)."""
     return {
         "op": spec.op,
         "source": spec.source,
-        "files": header_closure(spec.source),
+        "files": header_closure(spec.source) if files is None else files,
         "unit": hashlib.sha256(render(spec).encode()).hexdigest(),
         "params": [list(p) for p in spec.params],
         "compiler": compiler_identity,

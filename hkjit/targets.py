@@ -3,23 +3,31 @@
 A target string is `gfx942`, `gfx950` (optionally with features: `gfx942:sramecc+:xnack-`) or
 `sm_90a`. The full string, features included, is part of every cache key."""
 
+from __future__ import annotations
+
 import re
-from dataclasses import dataclass, field
 
 from .errors import TargetError
+from .values import Frozen
 
 
-@dataclass(frozen=True)
-class Target:
-    arch: str                     # "gfx942", "gfx950", "sm_90a"
-    features: tuple = ()          # AMD target features, e.g. ("sramecc+", "xnack-")
-    vendor: str = field(default="", compare=False)
-    wave_size: int = field(default=32, compare=False)
-    smem_per_block: int = field(default=0, compare=False)   # LDS / shared memory a block may use
-    max_threads: int = field(default=1024, compare=False)
-    regs_per_thread: int = field(default=255, compare=False)  # VGPR+AGPR on CDNA
-    regs_per_block: int = field(default=0, compare=False)      # 32-bit registers a block may hold (NVIDIA)
-    compute_units: int = field(default=0, compare=False)    # CUs / SMs of the flagship part
+class Target(Frozen):
+    """A compile target: `arch` ("gfx942", "gfx950", "sm_90a") and `features` (AMD target features,
+    e.g. ("sramecc+", "xnack-")) say which; the rest are the chip's limits. Targets are equal
+    when arch and features are."""
+    __slots__ = ("arch", "features", "vendor", "wave_size", "smem_per_block", "max_threads", "regs_per_thread",
+                 "regs_per_block", "compute_units")
+    _compare = ("arch", "features")
+
+    def __init__(self, arch: str, features: tuple = (), vendor: str = "", wave_size: int = 32,
+                 smem_per_block: int = 0, max_threads: int = 1024, regs_per_thread: int = 255,
+                 regs_per_block: int = 0, compute_units: int = 0):
+        # smem_per_block: LDS / shared memory a block may use; regs_per_thread: VGPR+AGPR on CDNA;
+        # regs_per_block: 32-bit registers a block may hold (NVIDIA); compute_units: CUs / SMs of
+        # the flagship part
+        self._set(arch=arch, features=features, vendor=vendor, wave_size=wave_size, smem_per_block=smem_per_block,
+                  max_threads=max_threads, regs_per_thread=regs_per_thread, regs_per_block=regs_per_block,
+                  compute_units=compute_units)
 
     @property
     def id(self) -> str:

@@ -101,3 +101,19 @@ def test_compile_failure_is_a_native_build_error(cache_dir, tmp_path):
 def test_bad_name_refused(cache_dir, tmp_path):
     with pytest.raises(hostcc.NativeBuildError, match="bad library name"):
         hostcc.build("../x", [_source(tmp_path, "plain.c", PLAIN)])
+
+
+def test_the_benchmarks_launch_loop_builds(cache_dir):
+    """hkjit bench's driver floor (bench/launch_loop.c) builds with hostcc's strict C11 flags and
+    runs its loop (a stand-in launch function that counts its calls)."""
+    from pathlib import Path
+    import hkjit.bench
+    lib = ctypes.CDLL(str(hostcc.build("bench_launch_loop", [Path(hkjit.bench.__file__).with_name("launch_loop.c")])))
+    lib.hk_launch_loop.restype = ctypes.c_double
+    lib.hk_launch_loop.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    calls = []
+    launch = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)(
+        lambda *args: calls.append(args[4]) or 0)
+    error = ctypes.c_int(0)
+    seconds = lib.hk_launch_loop(ctypes.cast(launch, ctypes.c_void_p), None, None, None, 5, ctypes.byref(error))
+    assert seconds >= 0 and error.value == 0 and calls == [32] * 5

@@ -299,37 +299,50 @@ t0 = time.perf_counter()
 import torch
 a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16); b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
+before = set(sys.modules)
 t1 = time.perf_counter()
 import hkjit
 t2 = time.perf_counter()
-c = hkjit.gemm(a, b); torch.cuda.synchronize()
+gemm = hkjit.gemm                        # imports the op's module chain
 t3 = time.perf_counter()
+c = gemm(a, b); torch.cuda.synchronize()
+t4 = time.perf_counter()
 err = ((c.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()).item()
-heavy = ",".join(m for m in ("cuda.bindings.driver", "cuda.bindings.nvrtc", "hkjit.compiler", "hkjit.deploy")
-                 if m in sys.modules) or "-"
-print(f"{(t2 - t1) * 1e3:.2f} {(t3 - t2) * 1e3:.2f} {err:.2e} {heavy}")
+watched = ("cuda.bindings.driver", "cuda.bindings.nvrtc", "hkjit.compiler", "hkjit.pch", "hkjit.deploy", "hkjit.native",
+           "hkjit.cache.bundle", "hkjit.cache.prune", "hkjit.ops._cdna_gemm", "zipfile", "tempfile", "subprocess")
+heavy = ",".join(m for m in watched if m in sys.modules and m not in before) or "-"
+hashed = len(sys.modules["hkjit.spec"]._closures)
+print(f"{(t2 - t1) * 1e3:.2f} {(t4 - t2) * 1e3:.2f} {(t3 - t2) * 1e3:.2f} {err:.2e} {heavy} {hashed}")
 '''
 
 
-def warm_start(runs=5):
-    """(import ms, first-result ms, modules of note imported) medians of fresh processes on a
-    populated cache. The children may write bytecode (into a private folder when the environment
-    forbids it beside the sources), as an installed package has: compiling hkjit's sources again in
-    every process is not part of a warm start."""
+def warm_start_rows(runs=5) -> dict:
+    """Medians over fresh processes on a populated cache (torch and the inputs ready first):
+    `import hkjit`, the first hkjit.gemm result after it, and the part of that spent importing the
+    op's modules; the modules of note the call imported that were not loaded before, and how many
+    header closures it hashed. The children may write bytecode (into a private folder when the
+    environment forbids it beside the sources), as an installed package has: compiling hkjit's
+    sources again in every process is not part of a warm start."""
     import tempfile
     env = dict(os.environ)
     if env.pop("PYTHONDONTWRITEBYTECODE", None) and "PYTHONPYCACHEPREFIX" not in env:
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="hkjit-bench-pyc-")
     subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, check=True, capture_output=True)  # populate
-    imports, firsts, heavy = [], [], ""
+    rows = []
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, check=True, capture_output=True,
                              text=True).stdout.split()
-        imports.append(float(out[0]))
-        firsts.append(float(out[1]))
-        assert float(out[2]) < 1e-2, f"warm-start result wrong: rel err {out[2]}"
-        heavy = out[3]
-    return statistics.median(imports), statistics.median(firsts), heavy
+        assert float(out[3]) < 1e-2, f"warm-start result wrong: rel err {out[3]}"
+        rows.append(out)
+    med = lambda i: statistics.median(float(r[i]) for r in rows)  # noqa: E731
+    return {"import_ms": med(0), "first_result_ms": med(1), "op_modules_import_ms": med(2),
+            "imported": rows[-1][4], "header_closures_hashed": int(rows[-1][5])}
+
+
+def warm_start(runs=5):
+    """(import ms, first-result ms, modules of note imported): see warm_start_rows."""
+    w = warm_start_rows(runs)
+    return w["import_ms"], w["first_result_ms"], w["imported"]
 
 
 def hot_path_rows(log=print) -> dict:
@@ -362,6 +375,12 @@ def main(argv=None):
     p.add_argument("--ops", help="comma-separated ops (default: all)")
     args = p.parse_args(argv)
     import torch
+    # Warm start first: its children are fresh processes, and a run cut short still has this row.
+    warm = warm_start_rows()
+    print(f"Warm start (fresh process, populated cache): import hkjit {warm['import_ms']:.1f} ms, first gemm "
+          f"result {warm['first_result_ms']:.1f} ms after it, of which importing the op's modules "
+          f"{warm['op_modules_import_ms']:.1f} ms; imported on the way: {warm['imported']}; header closures "
+          f"hashed: {warm['header_closures_hashed']}", flush=True)
     peers = hot_path_rows()
     ops = op_rows(args.ops.split(",") if args.ops else None)
     allocs = alloc_rows()
@@ -370,14 +389,12 @@ def main(argv=None):
     detail = native_detail_rows()
     for label, us in detail.items():
         print(f"  {label}: {us:.2f} us")
-    imp, first, heavy = warm_start()
-    print(f"\nWarm start (fresh process, populated cache): import hkjit {imp:.1f} ms, first gemm result "
-          f"{first:.1f} ms (hkjit time, import excluded); imported on the way: {heavy}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"peers_us": peers, "ops_us": ops, "native_alloc_us": allocs, "native_detail_us": detail,
-                       "warm_import_ms": imp,
-                       "warm_first_result_ms": first, "warm_imported": heavy,
+                       "warm_import_ms": warm["import_ms"], "warm_first_result_ms": warm["first_result_ms"],
+                       "warm_op_modules_import_ms": warm["op_modules_import_ms"], "warm_imported": warm["imported"],
+                       "warm_header_closures_hashed": warm["header_closures_hashed"],
                        "device": torch.cuda.get_device_name()}, f, indent=2)
 
 

@@ -1,6 +1,7 @@
 /* The floor under every launch path: cuLaunchKernel called back to back from C, no interpreter in
  * between. hkjit.bench.jit_overhead builds it with hostcc and reports it beside the Python and
  * native paths, so a path's cost above the driver's own is visible. */
+#define _POSIX_C_SOURCE 199309L   /* clock_gettime and CLOCK_MONOTONIC under -std=c11 */
 #include <stdint.h>
 #include <time.h>
 

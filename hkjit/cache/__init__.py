@@ -27,15 +27,25 @@ Concurrency rules (they are what makes 16-64 processes on one cold key safe):
   the last `grace` seconds; loading an entry refreshes its mtime, which is the LRU clock.
 """
 
+import importlib
 import threading
 
 from ..errors import CacheWarning
-from .bundle import BUNDLE_FORMAT_VERSION, BUNDLE_MANIFEST, Bundle, bundle_paths_from_env
 from .entry import (ENTRY_MAGIC, CorruptEntryError, Entry, EntryInfo, decode_entry, encode_entry,
                     hkjit_version, read_entry_file, read_entry_info, write_atomically)
 from .key import CACHE_FORMAT_VERSION, ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath, make_key
-from .lock import KeyLock
-from .store import DEFAULT_LOCK_TIMEOUT_S, PRUNE_GRACE_S, Cache, parse_size, set_offline
+from .store import DEFAULT_LOCK_TIMEOUT_S, PRUNE_GRACE_S, Cache, bundle_paths_from_env, parse_size, set_offline
+
+# Imported on first use (PEP 562): a warm start reads entries but neither bundles nor locks.
+_LAZY = {"BUNDLE_FORMAT_VERSION": "bundle", "BUNDLE_MANIFEST": "bundle", "Bundle": "bundle", "KeyLock": "lock"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return value
 
 __all__ = ["BUNDLE_FORMAT_VERSION", "BUNDLE_MANIFEST", "CACHE_FORMAT_VERSION", "DEFAULT_LOCK_TIMEOUT_S",
            "ENTRY_MAGIC", "ENTRY_SUFFIX", "PRUNE_GRACE_S", "Bundle", "Cache", "CacheWarning",

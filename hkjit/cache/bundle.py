@@ -1,6 +1,8 @@
 """Reading bundles: read-only sets of precompiled entries (a directory or a .zip) listed by a
 manifest that holds every entry's size and sha256. hkjit.deploy writes them; this module only reads."""
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -261,8 +263,3 @@ def _check_member_path(relpath: str, bundle: Path):
     p = PurePosixPath(relpath)
     if p.is_absolute() or ".." in p.parts or "\\" in relpath:
         raise BundleError(f"bundle {bundle}: manifest names an entry outside the bundle: {relpath!r}")
-
-
-def bundle_paths_from_env() -> list[str]:
-    value = os.environ.get("HKJIT_BUNDLE_PATH", "")
-    return [p for p in value.split(os.pathsep) if p]

@@ -4,18 +4,19 @@ header = magic, format version, metadata length, payload length; the sha256 cove
 metadata and payload, so a truncated file or a flipped bit anywhere is caught on load. Files are
 written whole and renamed into place (write_atomically)."""
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
-import secrets
 import struct
 import time
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._version import __version__
 from ..errors import CacheError, InvalidArgumentError
+from ..values import Mutable
 from .key import CACHE_FORMAT_VERSION
 
 ENTRY_MAGIC = b"HKJITCE\x00"
@@ -39,26 +40,26 @@ def hkjit_version() -> str:
     return __version__
 
 
-@dataclass
-class Entry:
-    key: str
-    code: bytes
-    meta: dict
-    source: str = field(default="", compare=False)   # "built", "disk:<path>", "bundle:<path>"
+class Entry(Mutable):
+    """A kernel's code and metadata under its key; `source` says where it came from ("built",
+    "disk:<path>", "bundle:<path>") and is not compared."""
+    __slots__ = ("key", "code", "meta", "source")
+    _compare = ("key", "code", "meta")
+
+    def __init__(self, key: str, code: bytes, meta: dict, source: str = ""):
+        self.key, self.code, self.meta, self.source = key, code, meta, source
 
 
-@dataclass
-class EntryInfo:
-    """What `entries()` lists: an entry's header and metadata, without reading its payload."""
-    key: str
-    path: Path
-    size: int               # bytes on disk
-    code_size: int
-    created: float          # when it was compiled (metadata)
-    last_used: float        # mtime: refreshed on load, the LRU clock
-    hkjit_version: str
-    meta: dict
-    problem: str | None = None   # set when the header or metadata cannot be read
+class EntryInfo(Mutable):
+    """What `entries()` lists: an entry's header and metadata, without reading its payload. `size`:
+    bytes on disk; `created`: when it was compiled (metadata); `last_used`: the mtime, refreshed on
+    load (the LRU clock); `problem`: set when the header or metadata cannot be read."""
+    __slots__ = ("key", "path", "size", "code_size", "created", "last_used", "hkjit_version", "meta", "problem")
+
+    def __init__(self, key: str, path: Path, size: int, code_size: int, created: float, last_used: float,
+                 hkjit_version: str, meta: dict, problem: str | None = None):
+        self.key, self.path, self.size, self.code_size, self.created = key, path, size, code_size, created
+        self.last_used, self.hkjit_version, self.meta, self.problem = last_used, hkjit_version, meta, problem
 
 
 def encode_entry(key: str, code: bytes, meta: dict, *, created: float | None = None) -> bytes:
@@ -152,6 +153,7 @@ def _touch(fd: int):
 def write_temp(path: Path, data: bytes, mode: int = 0o644) -> Path:
     """Write `data` whole (fsynced) to a fresh temp file beside `path` and return its name; the temp
     file is removed if anything fails (a full disk included). O_EXCL: never through a planted link."""
+    import secrets   # here: reading entries (a warm start) never writes one
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
     try:

@@ -1,16 +1,20 @@
 """The key index: specialisation id -> cache key shortcuts under root/index/ (see hkjit.jit.cache_key).
 
 A record is one JSON object: the key, the compiler files' fingerprint, what the entry under that key
-must say it is (`expect`: op, target, entry, params) and a sha256 over the canonical JSON of all
-that. The checksum catches damage (a torn or edited record is a miss: the key is computed again);
-it is not a signature. A forged record with a valid checksum is caught one step later: the entry it
+must say it is (`expect`: op, target, entry, params), the digest of the header contents the key was
+computed from (`closure`) and the stamp of those header files (`stamp`: path, mtime, size, ctime,
+inode, which may be empty), and a sha256 over the canonical JSON of all that. Records written before
+`closure` and `stamp` existed are still whole records; a lookup never takes them. The checksum
+catches damage (a torn or edited record is a miss: the key is computed again); it is not a
+signature. A forged record with a valid checksum is caught one step later: the entry it
 points at must match `expect` and the specialisation asked for (hkjit.jit checks both), so a record
 naming another valid key never runs the other kernel."""
+
+from __future__ import annotations
 
 import hashlib
 import json
 import os
-import secrets
 from contextlib import suppress
 from pathlib import Path
 
@@ -33,8 +37,14 @@ def _canonical(body: dict) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def encode_record(key: str, fingerprint, expect: dict) -> bytes:
+_FIELDS = ("key", "fingerprint", "expect")
+_WARM_FIELDS = ("closure", "stamp")     # optional: see the module docstring
+
+
+def encode_record(key: str, fingerprint, expect: dict, closure: str | None = None, stamp=None) -> bytes:
     body = {"key": key, "fingerprint": fingerprint, "expect": expect}
+    if closure is not None:
+        body.update(closure=closure, stamp=list(stamp or ()))
     return _canonical({**body, "sha256": hashlib.sha256(_canonical(body)).hexdigest()})
 
 
@@ -44,16 +54,18 @@ def decode_record(blob: bytes) -> dict:
         record = json.loads(blob)
     except ValueError as e:
         raise CorruptRecordError(f"not JSON: {e}") from None
-    if not isinstance(record, dict) or set(record) != {"key", "fingerprint", "expect", "sha256"}:
+    if not isinstance(record, dict) or set(record) - set(_WARM_FIELDS) != {*_FIELDS, "sha256"} \
+            or len(set(record) & set(_WARM_FIELDS)) == 1:
         raise CorruptRecordError("not an index record (fields missing or unknown)")
-    body = {k: record[k] for k in ("key", "fingerprint", "expect")}
+    body = {k: v for k, v in record.items() if k != "sha256"}
     try:
         digest = hashlib.sha256(_canonical(body)).hexdigest()
     except (TypeError, ValueError):
         raise CorruptRecordError("not an index record") from None
     if digest != record["sha256"]:
         raise CorruptRecordError("checksum mismatch: the record was damaged or edited after it was written")
-    if not isinstance(body["fingerprint"], list) or not isinstance(body["expect"], dict):
+    if not isinstance(body["fingerprint"], list) or not isinstance(body["expect"], dict) \
+            or not isinstance(body.get("closure", ""), str) or not isinstance(body.get("stamp", []), list):
         raise CorruptRecordError("not an index record (wrong field types)")
     return body
 
@@ -74,12 +86,14 @@ def read_record(path: Path) -> dict | None:
     return decode_record(blob)
 
 
-def write_record(root, spec_id: str, key: str, fingerprint, expect: dict, mkdirs) -> None:
+def write_record(root, spec_id: str, key: str, fingerprint, expect: dict, mkdirs, *, closure: str | None = None,
+                 stamp=None) -> None:
     """Write a record whole (temp file + rename; the temp file is removed on any failure, a full
     disk included). `mkdirs(relative)` creates the cache's folders (0700). OSError propagates."""
     path = record_path(root, spec_id)
     mkdirs(path.parent.relative_to(root))
-    blob = encode_record(key, fingerprint, expect)
+    blob = encode_record(key, fingerprint, expect, closure, stamp)
+    import secrets   # here: a warm start only reads records
     tmp = path.with_name(f".{spec_id}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:

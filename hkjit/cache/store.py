@@ -2,6 +2,8 @@
 the maintenance calls (`hkjit cache ...`). See the package docstring for the disk layout and the
 concurrency rules this class keeps."""
 
+from __future__ import annotations
+
 import errno
 import json
 import os
@@ -16,20 +18,30 @@ from typing import Callable
 
 from ..errors import CacheError, CacheWarning, InvalidArgumentError, OfflineMissError
 from . import index as index_mod
-from .bundle import MAX_TOOLCHAINS, Bundle, bundle_paths_from_env, toolchain_problem
 from .entry import CorruptEntryError, Entry, EntryInfo, encode_entry, read_entry_file, read_entry_info, \
     place_all, write_atomically
 from .key import ENTRY_SUFFIX, check_key, entry_relpath, lock_relpath
-from .lock import KeyLock
-from .pch import PCH_DIR, PchStore
 from .perms import check_private, make_private_dirs
-from .prune import entry_files, evict, quarantine_files, remove_stale_temps
 
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 PRUNE_GRACE_S = 60.0        # an entry used this recently is "in use": prune never evicts it
 _TOOLCHAINS_FILE = "toolchains.json"   # toolchains of kernels imported from bundles
 _MAX_TOOLCHAINS_FILE = 1 << 20          # a few toolchains are a few KB; read no more than this
 _TRUE = ("1", "true", "yes", "on")
+
+
+def bundle_paths_from_env() -> list[str]:
+    """The bundles HKJIT_BUNDLE_PATH lists (os.pathsep-separated)."""
+    return [p for p in os.environ.get("HKJIT_BUNDLE_PATH", "").split(os.pathsep) if p]
+
+
+def _bundles(paths) -> list:
+    """Bundle objects for `paths` (given as paths or Bundles); bundle.py is imported only here, so a
+    process that uses no bundle never loads it."""
+    if not paths:
+        return []
+    from .bundle import Bundle
+    return [p if isinstance(p, Bundle) else Bundle(p) for p in paths]
 
 
 def parse_size(value) -> int:
@@ -63,8 +75,7 @@ class Cache:
         if root is None:
             root = os.environ.get("HKJIT_CACHE_DIR") or _default_root()
         self.root = Path(root).expanduser()
-        paths = bundle_paths_from_env() if bundle_paths is None else bundle_paths
-        self.bundles = [p if isinstance(p, Bundle) else Bundle(p) for p in paths]
+        self.bundles = _bundles(bundle_paths_from_env() if bundle_paths is None else bundle_paths)
         self._offline = offline
         if max_size is None:
             max_size = os.environ.get("HKJIT_CACHE_MAX_SIZE") or None
@@ -95,8 +106,9 @@ class Cache:
         self._offline = flag
 
     @property
-    def pch(self) -> PchStore:
-        """The precompiled headers kept beside the kernels (see cache/pch.py)."""
+    def pch(self):
+        """The precompiled headers kept beside the kernels (a cache.pch.PchStore)."""
+        from .pch import PchStore   # here: only a compile reads or writes them
         return PchStore(self)
 
     def entry_path(self, key: str) -> Path:
@@ -189,6 +201,7 @@ class Cache:
     def _imported_toolchains(self) -> list[dict]:
         """toolchains.json's toolchains; a file that is not a list of them is ignored with a warning
         (it must never break lookups on a host with no compiler)."""
+        from .bundle import MAX_TOOLCHAINS, toolchain_problem
         path = self.root / _TOOLCHAINS_FILE
         try:
             with open(path, "rb") as f:
@@ -223,6 +236,7 @@ class Cache:
     # ---- maintenance
 
     def entries(self) -> list[EntryInfo]:
+        from .prune import entry_files
         infos = []
         for path in entry_files(self.root):
             with suppress(FileNotFoundError):   # pruned while we listed
@@ -230,6 +244,7 @@ class Cache:
         return infos
 
     def stats(self) -> dict:
+        from .prune import quarantine_files
         infos = self.entries()
         quarantined = [p for p in quarantine_files(self.root) if p.suffix == ENTRY_SUFFIX]
         return {
@@ -246,6 +261,7 @@ class Cache:
 
     def verify(self) -> list[tuple[Path, str]]:
         """Check every entry's checksum; set aside the corrupt ones. Returns (path, problem) pairs."""
+        from .prune import entry_files
         self.check_private()
         problems = []
         for path in entry_files(self.root):
@@ -272,6 +288,8 @@ class Cache:
         built); readers that already opened an evicted file keep reading it. Quarantined files go
         first, then stale temp files. One pruner at a time (locks/prune.lock); with wait=False a
         prune already running elsewhere makes this call return at once."""
+        from .lock import KeyLock
+        from .prune import evict, remove_stale_temps
         max_size = parse_size(max_size)
         grace = PRUNE_GRACE_S if grace is None else grace
         report = dict(removed=0, freed=0, kept=0, bytes=0, skipped_in_use=0, ran=False)
@@ -297,6 +315,8 @@ class Cache:
 
     def clear(self) -> dict:
         """Remove every entry not in use right now (see prune), the quarantine and the memory table."""
+        from .pch import PCH_DIR
+        from .prune import quarantine_files
         report = self.prune(0, grace=0)
         for path in quarantine_files(self.root):
             with suppress(OSError):
@@ -378,6 +398,7 @@ class Cache:
                 entry = self._from_disk(key)   # built by another process while we waited
                 if entry is not None:
                     return self._remember(entry), False
+                from .prune import remove_stale_temps
                 remove_stale_temps(self.root, key)
             code, meta = build()
             if not isinstance(code, (bytes, bytearray, memoryview)) or not isinstance(meta, dict):
@@ -394,6 +415,7 @@ class Cache:
 
     def _lock(self, key: str) -> KeyLock | None:
         """This key's compile lock, or None when the cache dir is unusable (we then build in memory)."""
+        from .lock import KeyLock   # here: a process that only reads the cache never locks
         lock = KeyLock(self.lock_path(key))
         try:
             self._mkdirs("locks")

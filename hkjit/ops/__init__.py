@@ -3,7 +3,6 @@
 and name no op. Modules whose names start with `_` are an op's per-arch halves."""
 
 import importlib
-import pkgutil
 
 from ..errors import InvalidArgumentError
 
@@ -19,6 +18,7 @@ def register(op):
 def _discover():
     global _discovered
     if not _discovered:
+        import pkgutil   # here: a call imports its own op's module and never lists the others
         for info in pkgutil.iter_modules(__path__):
             if not info.name.startswith("_"):
                 importlib.import_module(f"{__name__}.{info.name}")

@@ -17,7 +17,7 @@ from .. import launch, spec as spec_mod
 from ..dtypes import DTYPES, FLOAT_OUTPUTS, MMA_INPUTS
 from ..errors import DTypeError, InvalidArgumentError
 from ..op import Binding, Op, Param, Plan, dtype_of
-from . import _cdna_gemm, _hopper_gemm, register
+from . import register
 
 IN_DTYPES = MMA_INPUTS
 OUT_DTYPES = FLOAT_OUTPUTS
@@ -55,6 +55,16 @@ def _row_major_2d(name, arr, M, N):
                                    f"strides {arr.strides}")
 
 
+def _half(nvidia: bool):
+    """The per-arch half, imported on first use: a call on one vendor's device never loads the
+    other vendor's half."""
+    if nvidia:
+        from . import _hopper_gemm as half
+    else:
+        from . import _cdna_gemm as half
+    return half
+
+
 class GemmOp(Op):
     name = "gemm"
     params = (
@@ -72,15 +82,19 @@ class GemmOp(Op):
     )
     shape_params = ("m", "n", "k")
     default_shape = {"m": 8192, "n": 8192, "k": 8192}
-    tile_keywords = tuple(dict.fromkeys(_hopper_gemm.TILES + _cdna_gemm.TILES))
     stages_transposed = True           # transposed operands are read in place: stage them as they are
     array_names = ("a", "b", "out", "bias", "c")
     output_names = ("out",)
     scalar_names = ("alpha", "beta")
 
+    @property
+    def tile_keywords(self) -> tuple:
+        """The union over both per-arch halves (each rejects what it lacks)."""
+        return tuple(dict.fromkeys(_half(nvidia=True).TILES + _half(nvidia=False).TILES))
+
     @staticmethod
     def arch(target):
-        return _hopper_gemm if target.is_nvidia else _cdna_gemm
+        return _half(target.is_nvidia)
 
     def plan_for(self, target, p, tiles) -> Plan:
         p = dict(p, out_dtype=p["out_dtype"] or p["dtype"], num_sms=p["num_sms"] or target.compute_units)

@@ -9,6 +9,8 @@ NVRTC comes from (hkjit/compiler.py), so a cold compile imports it; a run from t
 The native repeat-call path (hkjit/native) calls the same libcuda functions, by address.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 
