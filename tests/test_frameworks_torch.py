@@ -201,6 +201,23 @@ def test_compiled_in_place_call_writes_its_input(sim):
     assert torch.equal(got, want) and torch.equal(got_x * 2, want)
 
 
+@needs_clang
+def test_compiled_attention_trains_on_the_simulator(sim):
+    """Attention under torch.compile with inputs that require grad: hkjit::attention's registered
+    autograd (AttentionOp.torch_backward -> attention_bwd_dq / _dkdv) gives eager autograd's
+    gradients (hkjit's autograd.Function), on sim:gfx950."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = ((torch.randn(1, 2, 64, 64, generator=g) * 0.5).to(BF).requires_grad_() for _ in range(3))
+    w = torch.randn(1, 2, 64, 64, generator=g).to(BF)
+
+    def loss(q, k, v):
+        return (hkjit.attention(q, k, v, causal=True).float() * w.float()).sum()
+    want = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, v), (q, k, v))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 # --- CUDA graph capture: refused where it would compile -------------------------------------------
 class _Capturing:
     """A device stand-in whose every stream is capturing."""

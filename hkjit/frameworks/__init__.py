@@ -46,9 +46,18 @@ def is_symbolic(value) -> bool:
             return False
         return value.is_meta or type(value).__name__ in ("FakeTensor", "FunctionalTensor")
     if module.startswith("jax"):
-        core = getattr(sys.modules.get("jax"), "core", None)
-        return core is not None and isinstance(value, core.Tracer)
+        tracer = jax_tracer_type()
+        return tracer is not None and isinstance(value, tracer)
     return False
+
+
+def jax_tracer_type():
+    """jax's Tracer class (jax.core.Tracer; jax._src.core where a release stopped exporting it)."""
+    jax = sys.modules.get("jax")
+    tracer = getattr(getattr(jax, "core", None), "Tracer", None)
+    if tracer is None and jax is not None:
+        tracer = getattr(sys.modules.get("jax._src.core"), "Tracer", None)
+    return tracer
 
 
 def route(op, values, scalars=(), options=(), device=None, compiler=None, tiles=None):

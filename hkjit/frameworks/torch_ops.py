@@ -203,23 +203,23 @@ def _binding_device(values, device):
         return _stand_in
 
 
-def _autograd(op, inputs):
+def _autograd(op, positions):
     names = op.array_names
 
-    def setup_context(ctx, inputs_, output):
-        *arrays, config = inputs_
+    def setup_context(ctx, inputs, output):
+        *arrays, config = inputs
         outs = output if isinstance(output, tuple) else (output,)
         ctx.save_for_backward(*arrays, *outs)
         ctx.config = config
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
-        arrays, outs = saved[:len(inputs)], saved[len(inputs):]
+        arrays, outs = saved[:len(positions)], saved[len(positions):]
         scalars, options, _, _, _ = decode(ctx.config)
-        given = {names[i]: a for i, a in zip(inputs, arrays)}
+        given = {names[i]: a for i, a in zip(positions, arrays)}
         got = op.torch_backward(given, dict(zip(op.output_names, outs)), dict(zip(op.output_names, grads)),
                                 scalars, dict(options))
-        return tuple(got.get(names[i]) for i in inputs) + (None,)
+        return tuple(got.get(names[i]) for i in positions) + (None,)
     return setup_context, backward
 
 
