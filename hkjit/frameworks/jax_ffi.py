@@ -89,9 +89,10 @@ def call(op, values, scalars=(), options=(), device=None, compiler=None, tiles=N
     result_types = [jax.ShapeDtypeStruct(shape, interop.numpy_dtype(dt)) for shape, dt in binding.outputs.values()]
     if plan.workspace_bytes:
         result_types.append(jax.ShapeDtypeStruct((plan.workspace_bytes,), np.uint8))
+    # Signed views of the same bits: MLIR's dense array attributes have no unsigned element types.
     results = jax.ffi.ffi_call(TARGET, result_types)(
-        *(values[i] for i in operands), launch=np.array(geometry, np.uint64),
-        block=np.frombuffer(block, np.uint8), patches=np.array(flat, np.uint64))
+        *(values[i] for i in operands), launch=np.array(geometry, np.uint64).view(np.int64),
+        block=np.frombuffer(block, np.uint8).view(np.int8), patches=np.array(flat, np.uint64).view(np.int64))
     produced = dict(zip(outputs, results))
     out = tuple(produced[n] for n in binding.returns)
     return out[0] if len(out) == 1 else out

@@ -71,15 +71,18 @@ static XLA_FFI_Error *cuda_fail(const XLA_FFI_CallFrame *frame, const char *what
     return fail(frame, XLA_FFI_Error_Code_INTERNAL, message);
 }
 
-/* The attribute called `name` as an array of `dtype`, or NULL. */
-static const XLA_FFI_Array *attribute(const XLA_FFI_CallFrame *frame, const char *name, XLA_FFI_DataType dtype) {
+/* The attribute called `name` as an array of 64-bit (or 8-bit) integers, or NULL. MLIR's dense
+   arrays have no unsigned types, so jax may hand u64 / u8 arrays over as signed: either is read. */
+static const XLA_FFI_Array *attribute(const XLA_FFI_CallFrame *frame, const char *name, int bits) {
     size_t len = strlen(name);
     for (int64_t i = 0; i < frame->attrs.size; i++) {
         const XLA_FFI_ByteSpan *span = frame->attrs.names[i];
         if (span->len == len && memcmp(span->ptr, name, len) == 0) {
             if (frame->attrs.types[i] != XLA_FFI_AttrType_ARRAY) return NULL;
             const XLA_FFI_Array *array = (const XLA_FFI_Array *)frame->attrs.attrs[i];
-            return array->dtype == dtype ? array : NULL;
+            int ok = bits == 64 ? (array->dtype == XLA_FFI_DataType_U64 || array->dtype == XLA_FFI_DataType_S64)
+                                : (array->dtype == XLA_FFI_DataType_U8 || array->dtype == XLA_FFI_DataType_S8);
+            return ok ? array : NULL;
         }
     }
     return NULL;
@@ -119,9 +122,9 @@ EXPORT XLA_FFI_Error *hkjit_xla_launch(XLA_FFI_CallFrame *frame) {
     if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
     if (!cu_launch) return fail(frame, XLA_FFI_Error_Code_FAILED_PRECONDITION, "hkjit (XLA FFI): not initialised");
 
-    const XLA_FFI_Array *launch = attribute(frame, "launch", XLA_FFI_DataType_U64);
-    const XLA_FFI_Array *block = attribute(frame, "block", XLA_FFI_DataType_U8);
-    const XLA_FFI_Array *patches = attribute(frame, "patches", XLA_FFI_DataType_U64);
+    const XLA_FFI_Array *launch = attribute(frame, "launch", 64);
+    const XLA_FFI_Array *block = attribute(frame, "block", 8);
+    const XLA_FFI_Array *patches = attribute(frame, "patches", 64);
     if (!launch || launch->size != 12 || !block || block->size > MAX_BLOCK || !patches || patches->size % 4)
         return fail(frame, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     "hkjit (XLA FFI): launch, block or patches attribute missing or malformed");
