@@ -39,6 +39,10 @@ __all__ = sorted(_EXPORTS) + ["HKJitError", "InvalidArgumentError", "DTypeError"
 
 def __getattr__(name):
     module = _EXPORTS.get(name)
+    if module and module.startswith("ops."):
+        # torch.compile, meta tensors and jax.jit reach the ops through hkjit/frameworks (no framework
+        # is imported here: see its docstring).
+        importlib.import_module(f"{__name__}.frameworks").install()
     try:
         value = (getattr(importlib.import_module(f"{__name__}.{module}"), name) if module
                  else importlib.import_module(f"{__name__}.{name}"))      # a submodule: hkjit.api, ...

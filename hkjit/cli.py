@@ -50,13 +50,8 @@ def cmd_info(args):
 
 
 def _parse_overrides(items):
-    out = {}
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise InvalidArgumentError(f"parameter {item!r}: write NAME=VALUE, e.g. block_m=128")
-        out[name] = int(value) if value.lstrip("-").isdigit() else value
-    return out
+    from .cli_deploy import parse_params     # NAME=VALUE words, shared with `hkjit cache explain`
+    return parse_params(items)
 
 
 def cmd_inspect(args):

@@ -9,6 +9,7 @@ import sys
 import time
 
 from . import api, deploy, ops
+from .errors import InvalidArgumentError
 from . import cache as cache_mod
 
 
@@ -199,6 +200,37 @@ def _add_cache(sub):
     im = csub.add_parser("import", help="copy a bundle's kernels into the cache")
     im.add_argument("source", metavar="BUNDLE")
     im.set_defaults(func=cmd_cache_import)
+    why = csub.add_parser("explain", help="would this specialisation compile, and what makes its key new "
+                                          "(the nearest cached key of the op and the parts that differ)")
+    why.add_argument("op")
+    why.add_argument("--arch", help="gfx942, gfx950 or sm_90a (default: the default device's)")
+    why.add_argument("param", nargs="*", help="the op's parameters as NAME=VALUE (as `hkjit inspect`), "
+                                              "e.g. rows=4096 hidden=8192 dtype=float16")
+    why.set_defaults(func=cmd_cache_explain)
+
+
+def parse_params(items) -> dict:
+    """NAME=VALUE words of the command line: ints where they read as ints, else strings."""
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidArgumentError(f"parameter {item!r}: write NAME=VALUE, e.g. block_m=128")
+        out[name] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def cmd_cache_explain(args) -> int:
+    from . import explain
+    op = ops.get(args.op)
+    if args.arch:
+        target = args.arch
+    else:
+        from . import runtime
+        target = runtime.default_device().target
+    plan = op.plan(target, **parse_params(args.param))
+    print(explain.explain_spec(plan.spec))
+    return 0
 
 
 def cmd_cache_ls(args) -> int:

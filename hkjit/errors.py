@@ -77,3 +77,8 @@ class LaunchError(HKJitError, RuntimeError):
 class InvalidImageError(LaunchError):
     """The runtime rejected a code object (corrupt, or built for another device): the JIT sets the
     cached copy aside and compiles the kernel again."""
+
+
+class GraphCaptureError(LaunchError):
+    """A call would compile, load a kernel or allocate device memory while its stream captures a CUDA
+    graph: run it once with the same shapes before capturing."""

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from . import cache as cache_mod
+from . import explain as explain_mod
 from . import spec as spec_mod
 from .cache import index as index_mod
 from .errors import CacheWarning, CompilerNotFoundError, HKJitError, InvalidImageError, OfflineMissError
@@ -195,13 +196,16 @@ def _compile(spec: Specialization, key: str, compiler, cache):
     def build():
         from . import compiler as compiler_mod, pch as pch_mod   # compiles only: a warm start needs neither
         comp = compiler_mod.find_compiler(spec.target, compiler)
+        flags = [f for f in comp.flags(spec.target, _include_dirs()) if not f.startswith("-I")]
+        explain_mod.log_compile(spec, key, comp.identity, flags, cache)    # HKJIT_LOG=compile: why it is new
         text, path, private = _write_source(spec, key, cache)
         t0 = time.perf_counter()
         result = pch_mod.compile_unit(comp, text, path, spec, _include_dirs(), cache)
         if private is not None:   # kept only when the compile fails: its error names the file
             shutil.rmtree(private, ignore_errors=True)
         meta = dict(result.meta)
-        flags = [f for f in comp.flags(spec.target, _include_dirs()) if not f.startswith("-I")]
+        parts = spec_mod.key_parts(spec, comp.identity, flags)     # recorded for `hkjit cache explain`
+        meta.update(files=parts["files"], source=spec.source, unit=parts["unit"])
         meta.update(op=spec.op, target=spec.target.id, entry=spec.entry, params=spec.param_dict,
                     compiler=comp.identity, flags=flags, compile_seconds=round(time.perf_counter() - t0, 3),
                     pch=result.pch)

@@ -17,6 +17,12 @@
    all of them. From the second such call on CUDA, the native path (hkjit/native: C, built on
    first use) takes these calls: `call` becomes its C function, which comes back here for
    anything it does not match.
+5. Arrays without memory here (torch meta and fake tensors, JAX tracers inside jax.jit) go to the
+   symbolic route the frameworks layer installs (hkjit/frameworks: torch.library ops, jax.ffi):
+   the kernel is bound and compiled from their shapes, and launched later by the framework.
+6. CUDA graph capture: a call that would bind or compile (a first call of its signature) while its
+   stream is capturing is refused (GraphCaptureError: warm up first); workspaces of torch callers
+   come from torch's caching allocator, which capture allows and replays keep alive.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import os
 import sys
 
 from . import interop, jit, runtime
-from .errors import DeviceError, InvalidArgumentError
+from .errors import DeviceError, GraphCaptureError, InvalidArgumentError
 from .interop import Array
 
 _launchers: dict = {}
@@ -36,17 +42,23 @@ _torch_tensor = None        # torch.Tensor once a torch call has succeeded (the 
 _torch_parameter = None     # torch.nn.Parameter then: parameters (norm weights) take the repeat path too
 _native = None              # the native table (hkjit/native) once a repeat call used it; False: none here
 _native_allowed = True      # use_native(False) turns it off in this process
+_native_call = None         # the native table's bound `call`, made once (its identity is what
+                            # torch.compile's substitution for `call` is registered on)
+_symbolic = None            # the frameworks layer's route for arrays without memory (set_symbolic_route)
+_is_symbolic = None
+_tracing = None             # torch.compiler.is_compiling once torch._dynamo is loaded (set_tracing)
+call_listeners: list = []   # called with each new value of `call` (hkjit/frameworks registers it with dynamo)
 MAX_PACKED = 64
 
 
 class Launcher:
     """A loaded kernel bound to one call signature."""
-    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces", "native")
+    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces", "native", "buffers")
 
     def __init__(self, op, kernel, plan, binding, device):
         self.op, self.kernel, self.plan, self.binding, self.device = op, kernel, plan, binding, device
         self.block = (plan.threads, 1, 1)
-        self.packed, self.workspaces = {}, {}
+        self.packed, self.workspaces, self.buffers = {}, {}, {}
         self.native = None             # where the native path writes pointers (hkjit/native), once measured
 
     def run(self, ptrs: tuple, scalars: tuple, stream) -> None:
@@ -66,13 +78,63 @@ class Launcher:
     def _workspace(self, stream) -> int:
         """One workspace per stream (launches on one stream are ordered, so they share it), kept for
         the launcher's lifetime; its leading `workspace_zeroed` bytes start at zero and every
-        launch leaves them so."""
-        ptr = self.device.alloc(self.plan.workspace_bytes)
-        if self.plan.workspace_zeroed:
-            zeros = (ctypes.c_ubyte * self.plan.workspace_zeroed)()
-            self.device.copy_in(ptr, ctypes.addressof(zeros), self.plan.workspace_zeroed)
+        launch leaves them so. Where torch drives this GPU the workspace is a torch tensor: its
+        caching allocator may allocate during CUDA graph capture (cuMemAlloc may not), and the
+        tensor, held here, keeps the memory a captured graph replays with."""
+        nbytes, zeroed = self.plan.workspace_bytes, self.plan.workspace_zeroed
+        torch = sys.modules.get("torch")
+        if torch is not None and self.device.kind in ("cuda", "rocm") and torch.cuda.is_initialized():
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{self.device.index}")
+            if zeroed:          # on the launch stream, so a capture records it and replays it first
+                with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=buf.device)):
+                    buf[:zeroed].zero_()
+            self.buffers[stream] = buf
+            ptr = buf.data_ptr()
+        else:
+            refuse_capture(self.op.name, self.device, stream, "allocate its workspace")
+            ptr = self.device.alloc(nbytes)
+            if zeroed:
+                zeros = (ctypes.c_ubyte * zeroed)()
+                self.device.copy_in(ptr, ctypes.addressof(zeros), zeroed)
         self.workspaces[stream] = ptr
         return ptr
+
+
+def refuse_capture(op_name: str, device, stream, what: str) -> None:
+    """GraphCaptureError when `stream` is capturing a CUDA graph: compiling, loading a module or
+    cuMemAlloc there would break the capture (or be captured as nothing)."""
+    capturing = getattr(device, "is_capturing", None)
+    if capturing is not None and capturing(stream):
+        raise GraphCaptureError(
+            f"{op_name}: this call would {what} while its stream is capturing a CUDA graph; run the "
+            "call once with the same shapes, dtypes and strides before capturing (a warm-up), so the "
+            "kernel is compiled and loaded outside the capture")
+
+
+def set_symbolic_route(route, is_symbolic=None) -> None:
+    """`route(op, values, scalars, options, device, compiler, tiles)` takes calls whose arrays
+    have no memory here (it returns NotImplemented for the others), `is_symbolic(value)` says
+    whether one array is such; None removes them."""
+    global _symbolic, _is_symbolic
+    _symbolic, _is_symbolic = route, is_symbolic
+
+
+def set_tracing(is_tracing) -> None:
+    """`is_tracing()`: whether torch.compile is tracing (set once torch._dynamo is imported)."""
+    global _tracing
+    _tracing = is_tracing
+
+
+def tracing() -> bool:
+    """Whether torch.compile is tracing the caller (ops pick their traceable form then)."""
+    f = _tracing
+    return f is not None and f()
+
+
+def symbolic(values) -> bool:
+    """Whether any of `values` has no memory here (meta or fake tensors, JAX tracers)."""
+    f = _is_symbolic
+    return f is not None and any(v is not None and f(v) for v in values)
 
 
 def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=None, compiler=None,
@@ -100,6 +162,11 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
                 entry = None
             if entry is not None:
                 return entry.run(values, ptrs, scalars)
+    route = _symbolic
+    if route is not None:          # meta / fake tensors, JAX tracers: the framework's own op
+        result = route(op, values, scalars, options, device, compiler, tiles)
+        if result is not NotImplemented:
+            return result
     for name, v in (tiles or {}).items():
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise InvalidArgumentError(f"{op.name}: tile override {name}={v!r}; tile overrides are ints "
@@ -116,7 +183,8 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
     if template.device == "cpu":
         return _call_staged(op, described, scalars, options_dict, dev, compiler, tiles or {})
     _check_writable(op, described)
-    launcher = _launcher(op, described, options_dict, dev, compiler, tiles or {})
+    stream = runtime.stream_for(dev, template.framework)
+    launcher = _launcher(op, described, options_dict, dev, compiler, tiles or {}, stream)
     binding = launcher.binding
     if binding.aligned_copies:
         return _call_aligned(op, described, binding, scalars, options, compiler, tiles)
@@ -128,7 +196,6 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
             objs[name] = interop.empty(template, shape, dt)
             a = interop.describe(objs[name])
         ptrs.append(a.ptr if a is not None else 0)
-    stream = runtime.stream_for(dev, template.framework)
     launcher.run(tuple(ptrs), scalars, stream)
     if template.framework == "jax":
         dev.synchronize(stream)   # JAX does not know this stream: finish before it reads the result
@@ -173,7 +240,7 @@ def signature(op, described, options, dev, compiler, tiles) -> tuple:
             tuple(sorted(tiles.items())))
 
 
-def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
+def _launcher(op, described, options, dev, compiler, tiles, stream=None) -> Launcher:
     sig = signature(op, described, options, dev, compiler, tiles)
     try:
         launcher = _launchers.get(sig)
@@ -182,6 +249,8 @@ def _launcher(op, described, options, dev, compiler, tiles) -> Launcher:
         raise InvalidArgumentError(f"{op.name}: options {options!r} must be names, numbers or dtypes") from None
     if launcher is None:
         binding = op.bind(dict(zip(op.array_names, described)), options, dev)
+        if stream is not None:
+            refuse_capture(op.name, dev, stream, "bind, compile and load its kernel (a first call of this signature)")
         kernel = plan = None
         if not binding.aligned_copies:
             request = {**binding.request, **tiles}
@@ -339,15 +408,25 @@ _python_call = call                    # the native path's fallback for what it 
 def _go_native(entry, values, ptrs, scalars, made) -> bool:
     """Hand a signature's repeat calls to the native path (hkjit/native): from now on `call` is its
     C function. False where that cannot be (no extension here, a workspace, ...): Python keeps it."""
-    global call, _native
+    global _native, _native_call
     if _native is None:
         _native = _start_native()
     if not _native or not _native_allowed:
         return False
     if not remember_native(_native, entry.op, values, entry.options, scalars, ptrs, entry.launcher, made):
         return False
-    call = _native.call
+    if _native_call is None:
+        _native_call = _native.call
+    if call is not _native_call:
+        _set_call(_native_call)
     return True
+
+
+def _set_call(fn) -> None:
+    global call
+    call = fn
+    for listener in call_listeners:
+        listener(fn)
 
 
 def remember_native(table, op, values, options, scalars, ptrs, launcher, made) -> bool:
@@ -378,9 +457,9 @@ def _start_native():
 def use_native(on: bool) -> None:
     """Let the native repeat path take calls in this process, or not (HKJIT_NATIVE=0 keeps it
     off for good); the Python path takes over at once. Benchmarks time both in one process."""
-    global call, _native_allowed
+    global _native_allowed
     _native_allowed = bool(on)
-    call = _python_call
+    _set_call(_python_call)
     _fast.clear()
     if _native:
         _native.clear()

@@ -317,6 +317,16 @@ class Op:
     def static_figures(self, plan: Plan, report: dict) -> None:
         """Op-specific lines for `hkjit inspect` (e.g. MFMAs per K-step against the tile arithmetic)."""
 
+    def returns_for(self, options: dict) -> tuple:
+        """The output names a call returns, in order, whatever it passed (`Binding.returns`, said
+        before any array is seen: hkjit/frameworks builds torch.library schemas and traced calls
+        from it). Default: every output. tests/test_frameworks_torch.py checks it against bind."""
+        return self.output_names
+
+    # An op whose calls torch autograd may differentiate under torch.compile defines
+    #     torch_backward(inputs, outputs, grads, scalars, options) -> {input name: gradient}
+    # (dicts by array name; hkjit/frameworks registers it with torch.library.register_autograd).
+
 
 def check_tiles(where: str, tiles: dict, accepted: tuple) -> None:
     """Per-arch rejection of tile keywords the arch does not take, and of non-int values."""

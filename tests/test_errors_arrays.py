@@ -62,13 +62,21 @@ def test_numpy_and_dlpack_read_only_out_is_refused(cache_dir):
     assert np.isnan(out).all()
 
 
-def test_meta_tensors_are_refused(cache_dir):
+def test_meta_tensors_give_meta_results_and_mixed_devices_are_refused(cache_dir):
+    """Meta tensors have no memory to read: interop refuses them, and a call with only meta tensors
+    gives meta results through hkjit::gemm's fake implementation (issue 14: shape inference), with
+    nothing compiled. Meta beside real tensors is refused as arrays on two devices are."""
+    from hkjit.errors import DeviceError
     a, b = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16) for x in _operands())
     meta = torch.empty(40, 24, dtype=torch.bfloat16, device="meta")
     with pytest.raises(UnsupportedArrayError, match="meta tensors carry no data"):
         interop.describe(meta)
-    _refused(cache_dir, UnsupportedArrayError, "meta", meta, b)
-    _refused(cache_dir, UnsupportedArrayError, "meta", a, b, out=torch.empty(40, 56, device="meta"))
+    before = _entries(cache_dir)
+    out = hkjit.gemm(meta, b.to("meta"), out_dtype="float32")
+    assert out.device.type == "meta" and out.shape == (40, 56) and out.dtype == torch.float32
+    assert _entries(cache_dir) == before, "shape inference compiles nothing"
+    _refused(cache_dir, DeviceError, "devices", meta, b)
+    _refused(cache_dir, DeviceError, "devices", a, b, out=torch.empty(40, 56, device="meta"))
 
 
 def test_sparse_tensors_are_refused(cache_dir):

@@ -251,6 +251,25 @@ class AttentionOp(Op):
             outputs["lse"] = (lse_shape, DTYPES["float32"])
         return Binding(request, outputs, args, returns=("out", "lse") if want_lse else ("out",))
 
+    def returns_for(self, options) -> tuple:
+        return ("out", "lse") if options.get("return_lse") else ("out",)
+
+    def torch_backward(self, inputs, outputs, grads, scalars, options) -> dict:
+        """dq, dk, dv for torch.library.register_autograd (the compiled path; eager autograd uses
+        `autograd_function`). Needs the forward's lse: `attention` asks for it when tracing."""
+        from .attention_backward import attention_backward
+        if outputs.get("lse") is None or outputs["lse"].numel() == 0:
+            raise InvalidArgumentError("attention: the backward needs the forward's lse; call hkjit.attention "
+                                       "(it asks for lse when its inputs require grad)")
+        grad_out = grads["out"]
+        if grad_out.stride(-1) != 1:
+            grad_out = grad_out.contiguous()
+        kw = {k: options[k] for k in ("causal", "layout", "max_seqlen_q", "max_seqlen_k") if k in options}
+        dq, dk, dv = attention_backward(grad_out, inputs["q"], inputs["k"], inputs["v"], outputs["out"],
+                                        outputs["lse"], scale=scalars[0], cu_seqlens_q=inputs["cu_seqlens_q"],
+                                        cu_seqlens_k=inputs["cu_seqlens_k"], **kw)
+        return {"q": dq, "k": dk, "v": dv}
+
     def static_figures(self, plan, report) -> None:
         cfg, mix = plan.config, report.get("instruction_mix")
         if plan.spec.target.is_amd and mix:
@@ -357,6 +376,11 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=Fa
     if _needs_grad(q, k, v):
         if out is not None or lse is not None:
             raise InvalidArgumentError("attention: out= and lse= are not supported for tensors that require grad")
+        if launch.tracing():
+            # torch.compile: hkjit::attention carries the backward (AttentionOp.torch_backward,
+            # registered by hkjit/frameworks); it needs lse, so the traced forward returns it.
+            o, lse_ = attention_forward(q, k, v, return_lse=True, **kw, **tile_overrides)
+            return (o, lse_) if return_lse else o
         from .attention_backward import autograd_function   # torch autograd only: keeps the import light
         o, lse_ = autograd_function().apply(q, k, v, kw, tile_overrides)
         return (o, lse_) if return_lse else o

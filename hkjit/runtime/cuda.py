@@ -56,6 +56,8 @@ _SIGNATURES = {
     "cuTensorMapEncodeTiled": (_P, _i32, _u32, _P, ctypes.POINTER(_u64), ctypes.POINTER(_u64),
                                ctypes.POINTER(_u32), ctypes.POINTER(_u32), _i32, _i32, _i32, _i32),
     "cuTensorMapReplaceAddress": (_P, _P),
+    "cuStreamIsCapturing": (_P, ctypes.POINTER(_i32)),
+    "cuMemsetD8Async": (_u64, ctypes.c_ubyte, ctypes.c_size_t, _P),
 }
 
 
@@ -122,7 +124,7 @@ def function_addresses() -> dict:
     lib = _driver()
     return {name: ctypes.cast(getattr(lib, name), _P).value
             for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuGetErrorName",
-                         "cuGetErrorString", "cuTensorMapReplaceAddress") if hasattr(lib, name)}
+                         "cuGetErrorString", "cuTensorMapReplaceAddress", "cuMemsetD8Async") if hasattr(lib, name)}
 
 
 def encode_tensor_map(data_type: int, ptr: int, dims: tuple, strides_bytes: tuple, box: tuple,
@@ -259,3 +261,13 @@ class CudaDevice:
     def synchronize(self, stream=0):
         self.make_current()
         _check(_lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def is_capturing(self, stream) -> bool:
+        """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing; stream 0 is the legacy
+        default stream, which capture never records)."""
+        if not stream:
+            return False
+        self.make_current()
+        status = _i32()
+        _check(_lib.cuStreamIsCapturing(stream, ctypes.byref(status)), "cuStreamIsCapturing")
+        return status.value != 0
