@@ -102,8 +102,11 @@ def test_cuda_graph_capture_and_replay(cache_dir):
             o.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        for got, want in zip(outs, step()):
-            assert torch.equal(got, want)
+        mlp, split, attn = step()
+        assert torch.equal(outs[0], mlp) and torch.equal(outs[2], attn)
+        # split-K sums its K-slices in the order they finish: not bitwise reproducible, even eagerly
+        assert rel(outs[1], split) < 1e-5
+        assert rel(outs[1], a.double() @ b.double()) < 1e-2
 
 
 def test_first_call_inside_capture_is_refused(cache_dir):
