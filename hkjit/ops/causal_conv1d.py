@@ -278,6 +278,9 @@ class CausalConv1dUpdateOp(Op):
     output_names = ("out", "conv_state")
     inplace_names = ("conv_state",)
 
+    def returns_for(self, options: dict) -> tuple:
+        return ("out",)          # conv_state is updated in place, not returned
+
     def plan_for(self, target, p, tiles) -> Plan:
         check_ints(self.name, tiles, self.tile_keywords)
         if p["state_len"] < p["width"] - 1:
