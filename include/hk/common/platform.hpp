@@ -28,7 +28,9 @@
 #ifndef __host__
 #define __host__ __attribute__((host))
 #endif
-#define HK_LAUNCH_BOUNDS(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+// (threads, min_blocks): min_blocks, the blocks a CUDA SM must hold at once, caps registers on
+// NVIDIA; AMD kernels take the block size only.
+#define HK_LAUNCH_BOUNDS(threads, min_blocks) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #define HK_GRID_CONSTANT
 #if defined(__gfx950__)
 #define HK_CDNA4 1
@@ -40,7 +42,7 @@
 #error "hk: unsupported AMD target; hkjit supports gfx942 and gfx950"
 #endif
 #else
-#define HK_LAUNCH_BOUNDS(threads) __launch_bounds__(threads, 1)
+#define HK_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
 #define HK_GRID_CONSTANT __grid_constant__
 #endif
 
@@ -101,5 +103,13 @@ template <class KEY, int AXIS> struct tile_vec;
 // The one entry point hkjit generates per specialisation: an extern "C" kernel taking the
 // kernel's `args` struct by value (CUDA: __grid_constant__, so TMA descriptors inside it can be
 // addressed). K is a concrete kernel type with `threads`, `args` and `static run(const args&)`.
+// A kernel may declare `min_blocks` (blocks per SM the NVIDIA compiler must fit in registers;
+// 1 when absent).
+namespace hk {
+template <class K, class = void> struct entry_min_blocks { static constexpr int value = 1; };
+template <class K> struct entry_min_blocks<K, decltype((void)K::min_blocks)> {
+  static constexpr int value = K::min_blocks;
+};
+}  // namespace hk
 #define HK_ENTRY(name, K) \
-  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads) name(const HK_GRID_CONSTANT K::args a) { K::run(a); }
+  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::entry_min_blocks<K>::value) name(const HK_GRID_CONSTANT K::args a) { K::run(a); }
