@@ -26,13 +26,16 @@
 //                COLS = ROW_THREADS * VEC * CHUNKS columns of ROWS_PER_BLOCK = THREADS /
 //                ROW_THREADS * ROWS rows. ROWS * CHUNKS independent loads (twice that gated) are
 //                in flight per thread.
+//   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (__launch_bounds__(THREADS, MIN_BLOCKS)):
+//                caps registers so that enough loads stay in flight; ignored on AMD. Default 1.
 //
 // Schedules (hkjit/ops/activations.py picks them; bf16, 16-byte accesses):
-//   contiguous unary (one long row)   a block per 8192 elements      <hk::bf16, hk::act::silu, false, 8, 256, 256, 1, 4>
-//   strided rows of 4096              a 128-thread group per row     <hk::bf16, hk::act::silu, false, 8, 256, 128, 1, 4>
-//   strided rows of 77                4 threads per row, 64 rows     <hk::bf16, hk::act::silu, false, 8, 256, 4, 1, 3>
+//   contiguous unary (one long row)   a block per 4096 elements      <hk::bf16, hk::act::gelu, false, 8, 256, 256, 1, 2, 6>  (sm_90a)
+//                                     a block per 8192 elements      <hk::bf16, hk::act::silu, false, 8, 256, 256, 1, 4>     (CDNA)
+//   strided rows of 4096              a 128-thread group per row     <hk::bf16, hk::act::silu, false, 8, 256, 128, 1, 4>     (CDNA)
+//   strided rows of 77                4 threads per row, 64 rows     <hk::bf16, hk::act::silu, false, 8, 256, 4, 1, 3>       (CDNA)
 //   gated, d = 128 (x 4096 x 256)     8 threads per row, 32 rows     <hk::bf16, hk::act::silu, true, 8, 256, 8, 1, 2>
-//   gated, d = 8192                   a block per 4096 columns       <hk::bf16, hk::act::silu, true, 8, 256, 256, 1, 2>
+//   gated, d = 8192                   a block per 4096 columns       <hk::bf16, hk::act::gelu, true, 8, 256, 256, 1, 2, 4>   (sm_90a)
 //
 // args (the kernel's single parameter, passed by value), fields in this order:
 //   const T*  x              row r at x + r * x_row_stride
@@ -53,9 +56,10 @@
 #include "hk/hk.hpp"
 #include "hk/common/activations.hpp"
 
-template <class T, class ACT, bool GATED, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS>
+template <class T, class ACT, bool GATED, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
 struct eltwise {
   static constexpr int threads = THREADS;
+  static constexpr int min_blocks = MIN_BLOCKS;
   static constexpr int dynamic_smem = 0;
   struct args {
     const T* x;

@@ -20,7 +20,8 @@
 //
 // Template parameters: T (hk::bf16, hk::half, float: x, residual, weight, bias, outputs), LAYER
 // (false: RMS), RESIDUAL, DROPOUT (needs RESIDUAL), WEIGHT, BIAS (LAYER only), then the row-tile
-// schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS (same meaning and limits).
+// schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS, MIN_BLOCKS (same meaning and
+// limits).
 //
 // args, in this order (C layout offsets in the ctypes mirror, hkjit/ops/norms.py):
 //   const T* x; const T* residual; const T* weight; const T* bias; T* y; T* residual_out;
@@ -32,9 +33,10 @@
 #include "hk/hk.hpp"
 
 template <class T, bool LAYER, bool RESIDUAL, bool DROPOUT, bool WEIGHT, bool BIAS, int VEC, int THREADS,
-          int ROW_THREADS, int ROWS, int CHUNKS>
+          int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
 struct fused_norm {
   static constexpr int threads = THREADS;
+  static constexpr int min_blocks = MIN_BLOCKS;
   static constexpr int dynamic_smem = 0;
   struct args {
     const T* x;
@@ -72,8 +74,17 @@ struct fused_norm {
     const hk::u64 base = (hk::u64)row * (hk::u64)a.cols;
     return fmix(fmix((hk::u32)a.seed ^ fmix((hk::u32)(a.seed >> 32))) ^ (hk::u32)(base >> 32)) + (hk::u32)base;
   }
-  HK_INLINE static bool keep(const args& a, hk::u32 key, int col) {
-    return (float)(fmix((key + (hk::u32)col) * 0x9E3779B9u) >> 8) * (1.0f / 16777216.0f) >= a.p;
+  // keep <=> (h >> 8) / 2^24 >= p <=> h >= ceil(p 2^24) << 8: the same mask as the float compare
+  // (h >> 8 and p 2^24 are exact in fp32), as one integer compare per element. `threshold`: once
+  // per thread (p < 1, so ceil(p 2^24) <= 2^24 - 1 and the shift stays inside 32 bits).
+  HK_INLINE static hk::u32 threshold(const args& a) {
+    const float t = a.p * 16777216.0f;
+    hk::u32 c = (hk::u32)t;
+    if ((float)c < t) ++c;
+    return c << 8;
+  }
+  HK_INLINE static bool keep(hk::u32 thr, hk::u32 key, int col) {
+    return fmix((key + (hk::u32)col) * 0x9E3779B9u) >= thr;
   }
 
   // s for one column block: x (+ dropout) (+ residual), rounded to T, as fp32; stored to
@@ -90,16 +101,18 @@ struct fused_norm {
       hk::load(res, gr, r0, c0);
       ftile rf;
       hk::convert(rf, res);
-      if constexpr (DROPOUT) {
+      const hk::u32 thr = DROPOUT ? threshold(a) : 0u;
+      if (DROPOUT && (thr != 0u || a.keep_scale != 1.0f)) {   // p = 0 keeps x as it is: no hashes
         hk::u32 key[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) key[r] = row_key(a, r0 + r);
 #pragma unroll
         for (int i = 0; i < ftile::n_elems; ++i) {
           const int col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
-          const float d = keep(a, key[ftile::row_slot(i)], col) ? s.get(i) * a.keep_scale : 0.0f;
-          s.set(i, hk::to_float(hk::from_float<T>(d)));
+          s.set(i, keep(thr, key[ftile::row_slot(i)], col) ? s.get(i) * a.keep_scale : 0.0f);
         }
+        hk::convert(x, s);                      // the kept values rounded to T, two to a packed convert
+        hk::convert(s, x);
       }
       hk::add(s, s, rf);
       tile st;
@@ -130,7 +143,7 @@ struct fused_norm {
         if constexpr (LAYER) {
           rvec bmean;
           hk::row_sum(bmean, s);
-          hk::mul(bmean, bmean, 1.0f / nb);
+          hk::mul(bmean, bmean, hk::fast_rcp(nb));   // exact for powers of two; 1 ULP otherwise
           ftile dev;                             // squared deviations; none from the padding columns
           hk::sub_row(dev, s, bmean);
 #pragma unroll
@@ -139,12 +152,14 @@ struct fused_norm {
             dev.set(i, col < a.cols ? dev.get(i) * dev.get(i) : 0.0f);
           }
           hk::row_sum(part, dev);
+          // Chan et al.'s combination, the division by a reciprocal (n = 0 on the first block: w
+          // is 1 to an ULP and m2 takes the block's own deviations).
+          const float w = nb * hk::fast_rcp(n + nb);
 #pragma unroll
           for (int i = 0; i < rvec::n_elems; ++i) {
-            const float bm = bmean.get(i), bm2 = part.get(i);
-            const float delta = bm - mean.get(i), tot = n + nb;
-            m2.set(i, m2.get(i) + bm2 + delta * delta * n * nb / tot);
-            mean.set(i, mean.get(i) + delta * nb / tot);
+            const float delta = bmean.get(i) - mean.get(i);
+            m2.set(i, m2.get(i) + part.get(i) + delta * delta * n * w);
+            mean.set(i, mean.get(i) + delta * w);
           }
         } else {
           ftile sq;
@@ -155,7 +170,7 @@ struct fused_norm {
         n += nb;
       }
       rvec rstd;
-      hk::mul(rstd, m2, 1.0f / n);
+      hk::mul(rstd, m2, hk::fast_rcp(n));
       hk::add(rstd, rstd, a.eps);
       hk::rsqrt(rstd, rstd);
       for (int c0 = hk::opaque(0); c0 < a.cols; c0 += COLS) {

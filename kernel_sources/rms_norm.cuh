@@ -32,6 +32,8 @@
 //                output). A thread keeps ROWS * CHUNKS * VEC * sizeof(T) / 4 registers of x: at
 //                1024 threads keep it <= 32 on sm_90a (64 registers a thread) and <= 64 on CDNA
 //                (so fp32 rows longer than 32768 are read twice there).
+//   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (__launch_bounds__(THREADS, MIN_BLOCKS)):
+//                a register cap; ignored on AMD. Default 1 (no cap beyond THREADS).
 //
 // Schedules (choose by hidden so that hidden <= COLS; 16-byte accesses):
 //   short rows, many rows   ROW_THREADS < warp, ROWS 2..4, CHUNKS 1   <hk::bf16, 8, 256, 16, 2, 1>    (128)
@@ -64,9 +66,10 @@
 #pragma once
 #include "hk/hk.hpp"
 
-template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS>
+template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
 struct rms_norm {
   static constexpr int threads = THREADS;
+  static constexpr int min_blocks = MIN_BLOCKS;
   static constexpr int dynamic_smem = 0;
   struct args {
     const T* x;

@@ -200,6 +200,15 @@ def test_nvrtc_static(name, rows, cols, strided):
     result = nvrtc_compile(name, rows, cols, strided)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
+    cfg = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, **_layout(strided)).config
+    assert cfg["min_blocks"] * cfg["threads"] * result.meta["registers"] <= 65536   # the register cap held
+
+
+def test_min_blocks_is_checked():
+    with pytest.raises(InvalidArgumentError, match="min_blocks=9 blocks of 256 threads"):
+        hkjit.build("gelu", target="sm_90a", rows=4, cols=8, min_blocks=9)
+    with pytest.raises(InvalidArgumentError, match="min_blocks=0"):
+        hkjit.build("gelu", target="sm_90a", rows=4, cols=8, min_blocks=0)
 
 
 def test_args_layout_matches_the_documented_contract():

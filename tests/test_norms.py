@@ -102,6 +102,26 @@ def test_dropout_mask_depends_on_seed_and_index_only(cache_dir):
     assert abs(kept.sum() - n * (1 - p)) < 5 * np.sqrt(n * p * (1 - p))        # 5 sigma
     other = hkjit.dropout_add_layer_norm(x, r, w, b, p, seed=8, device="sim:gfx950")[1]
     assert not np.array_equal(other, runs[0])
+    assert np.array_equal(kept, _documented_mask(2 ** 40 + 7, shape, p))
+
+
+def _documented_mask(seed, shape, p):
+    """The keep mask as kernel_sources/norm.cuh documents it, in NumPy: element (r, c) is kept iff
+    (hash(seed, r * cols + c) >> 8) / 2^24 >= p (the kernel compares integers; same mask)."""
+    M = np.uint64(0xFFFFFFFF)
+
+    def fmix(h):
+        h = h ^ (h >> np.uint64(16))
+        h = (h * np.uint64(0x85EBCA6B)) & M
+        h = h ^ (h >> np.uint64(13))
+        h = (h * np.uint64(0xC2B2AE35)) & M
+        return h ^ (h >> np.uint64(16))
+    rows, cols = shape
+    base = np.arange(rows, dtype=np.uint64) * np.uint64(cols)
+    s_lo, s_hi = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    key = (fmix(fmix(s_lo ^ fmix(s_hi)) ^ (base >> np.uint64(32))) + (base & M)) & M
+    h = fmix((((key[:, None] + np.arange(cols, dtype=np.uint64)[None, :]) & M) * np.uint64(0x9E3779B9)) & M)
+    return (h >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24) >= np.float32(p)
 
 
 def test_bad_input_is_refused_before_compiling(cache_dir):

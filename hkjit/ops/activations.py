@@ -9,11 +9,19 @@ Schedule (compile-time; every choice a keyword override):
     vec        16 bytes per access where pointers, row strides (and the gate half) allow
     flat       unary ops on contiguous arrays read one long row (rows = 1, cols = every element):
                no row ends inside the array, so every access but the last is a full vector
-    per thread 4 vector loads in flight (gated: 2 of each half), as ROWS x CHUNKS
+    per thread vector loads in flight, as ROWS x CHUNKS: sm_90a 2 (unary) or 2 of each half
+               (gated); CDNA 4 (gated: 2 of each half)
     row group  the power of two of threads that covers a row (of cols) at that, up to the
                256-thread block; longer rows are cut into column blocks, one tile per block
+    min_blocks (sm_90a) blocks an SM must hold at once, which caps registers: unary 6 blocks of
+               256 threads (40 registers), gated gelu forms 4 (64 registers), gated silu no cap
 Run-time: rows, cols, row strides. A grid of one block per tile (at most 2**20 blocks; the
 kernel strides over the rest).
+
+Why (H100 sweep, docs/notes/activations_softmax.md): a memory-bound tile needs about 48-64 KiB
+of loads in flight per SM. With 4 loads a thread, gelu took 120 registers (2 blocks per SM:
+16 KiB of loads, 88% of copy); 2 loads a thread at 40 registers keep 6 blocks (48 KiB) and reach
+the copy's rate for every activation.
 """
 
 import ctypes
@@ -29,9 +37,16 @@ from ._rowwise import ROW_TILES, alignment, cdiv, check_group, check_ints, pow2_
 SOURCE = "eltwise.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
 THREADS = 256
-LOADS_IN_FLIGHT = 4                 # vector loads per thread and tile
+LOADS_IN_FLIGHT = {"nvidia": 2, "amd": 4}    # unary: vector loads per thread and tile
+GATED_LOADS = 2                     # gated: vector loads of each half per thread and tile
+# sm_90a: threads an SM must hold at once (min_blocks = this // threads): the register cap. The
+# gelu forms are the costly activations (120 registers at 4 loads a thread without a cap).
+SM_THREADS_UNARY = 1536
+SM_THREADS_GATED = {"gelu": 1024, "gelu_tanh": 1024}
 MAX_ELEMS = 64                      # elements per thread and half in registers (override bound)
 MAX_GRID = 1 << 20
+TILES = ROW_TILES + ("min_blocks",)
+MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 
 
 class Args(ctypes.Structure):
@@ -45,13 +60,14 @@ def is_flat(p, gated) -> bool:
     return not gated and not p["strided"] and p["rows"] * p["cols"] < 2 ** 31
 
 
-def configure(name, target, p, tiles, gated) -> Config:
-    check_ints(name, tiles)
+def configure(name, target, p, tiles, gated, act) -> Config:
+    check_ints(name, tiles, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     vec = vector_width(name, tiles, p["dtype"], itemsize, p["align"])
     rows, cols = (1, p["rows"] * p["cols"]) if is_flat(p, gated) else (p["rows"], p["cols"])
     pieces = cdiv(cols, vec)
-    per_thread = LOADS_IN_FLIGHT // 2 if gated else LOADS_IN_FLIGHT
+    vendor = "nvidia" if target.is_nvidia else "amd"
+    per_thread = GATED_LOADS if gated else LOADS_IN_FLIGHT[vendor]
     row_threads = tiles.get("row_threads", min(THREADS, pow2_at_least(cdiv(pieces, per_thread))))
     chunks = tiles.get("chunks", min(per_thread, cdiv(pieces, row_threads)))
     group_rows = tiles.get("group_rows", max(1, per_thread // chunks))
@@ -68,15 +84,20 @@ def configure(name, target, p, tiles, gated) -> Config:
         raise InvalidArgumentError(f"{name}: {tiles_n} tiles of {rows_per_block} rows x {row_threads * vec * chunks} "
                                    "columns; at most 2**31 - 1: give larger tiles (chunks=, group_rows=)")
     blocks = tiles.get("blocks", min(tiles_n, MAX_GRID))
+    sm_threads = (SM_THREADS_GATED.get(act, 0) if gated else SM_THREADS_UNARY) if target.is_nvidia else 0
+    min_blocks = tiles.get("min_blocks", max(1, sm_threads // threads))
+    if min_blocks * threads > MAX_SM_THREADS:
+        raise InvalidArgumentError(f"{name}: min_blocks={min_blocks} blocks of {threads} threads; at most "
+                                   f"{MAX_SM_THREADS} threads fit on an SM")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=group_rows,
-                  chunks=chunks, blocks=blocks, flat=rows == 1 and p["rows"] > 1)
+                  chunks=chunks, blocks=blocks, min_blocks=min_blocks, flat=rows == 1 and p["rows"] > 1)
 
 
 class ActivationOp(Op):
     """One activation (unary or gated). `acts`: the C++ activation type per `approximate` option."""
     shape_params = ("rows", "cols")
     default_shape = {"rows": 16384, "cols": 4096}
-    tile_keywords = ROW_TILES
+    tile_keywords = TILES
     array_names = ("x", "out")
     output_names = ("out",)
 
@@ -98,11 +119,12 @@ class ActivationOp(Op):
     def plan_for(self, target, p, tiles) -> Plan:
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"{self.name}: align={p['align']} is below the {p['dtype']} element size")
-        cfg = configure(self.name, target, p, tiles, self.gated)
         act = self.acts[p.get("approximate", "none")]
+        cfg = configure(self.name, target, p, tiles, self.gated, act)
         kernel_type = (f"eltwise<{DTYPES[cfg['dtype']].cpp}, hk::act::{act}, {str(self.gated).lower()}, {cfg['vec']}, "
-                       f"{cfg['threads']}, {cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks")}
+                       f"{cfg['threads']}, {cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, "
+                       f"{cfg['min_blocks']}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_eltwise",
                                        spec_mod.make_params({**params, "act": act, "gated": self.gated}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))
@@ -221,7 +243,8 @@ _ARGS = """
     x: any shape, bf16 / fp16 / fp32, elements contiguous within the last dimension (a row stride
     is allowed; other layouts of device arrays: pass x.contiguous()). fp32 math, one rounding to
     x's dtype. out: optional array of x's shape and dtype (x itself for in place). Tile
-    overrides: vec, threads, row_threads, group_rows, chunks, blocks."""
+    overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks
+    (sm_90a register cap: blocks an SM must hold)."""
 
 
 def silu(x, *, out=None, device=None, compiler=None, **tile_overrides):
@@ -258,7 +281,7 @@ def silu_and_mul(x, *, out=None, device=None, compiler=None, **tile_overrides):
     The activation applies to the FIRST half of the last dimension and the second half is the
     multiplier, as vLLM's SiluAndMul and FlashInfer's silu_and_mul. x: bf16 / fp16 / fp32, rows
     contiguous (a row stride is allowed); fp32 math, one rounding. out: optional (..., d) array of
-    x's dtype. Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks.
+    x's dtype. Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks.
     """
     return launch.call(SILU_AND_MUL, (x, out), (), (), device, compiler, tile_overrides)
 

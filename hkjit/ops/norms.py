@@ -2,7 +2,8 @@
 
 Kernel: kernel_sources/norm.cuh, one source for gfx942, gfx950 and sm_90a; the schedule is
 rms_norm's (hkjit/ops/rms_norm.py: vector width from the alignment, row groups by row length),
-with the row capped as fp32 (the kernel keeps the sum s in fp32 registers). Compile-time: the
+with the row capped as fp32 (the kernel keeps the sum s in fp32 registers); on sm_90a the loads
+in flight count x and the residual, and registers are capped at 64 (docs/notes/norms.md). Compile-time: the
 dtype, which of weight / bias are given, the schedule; run-time: rows, the row length, strides,
 eps, p and the seed.
 
@@ -23,6 +24,7 @@ from .rms_norm import MAX_HIDDEN, TILES, configure
 
 SOURCE = "norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
+SM_THREADS = 1024                   # sm_90a: threads an SM must hold at once (64-register cap)
 
 
 class Args(ctypes.Structure):
@@ -58,13 +60,16 @@ class NormOp(Op):
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"{self.name}: align={p['align']} is below the {p['dtype']} element size")
         # Row elements a thread keeps: the fp32 sum (32), and with dropout 16, as the mask's hashes
-        # took 142 registers on sm_90a at 32 (one 256-thread block per SM: 61% of copy).
-        cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32)
+        # took 142 registers on sm_90a at 32 (one 256-thread block per SM: 61% of copy). On sm_90a
+        # x and the residual both count as loads in flight, and the registers are capped so that
+        # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md).
+        cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32,
+                        inputs=2 if self.residual else 1, sm_threads=SM_THREADS)
         bias = p.get("bias", False)
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "
-                       f"{cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks")}
+                       f"{cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_norm",
                                        spec_mod.make_params({**params, "weight": p["weight"], "bias": bias}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))

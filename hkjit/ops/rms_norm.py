@@ -9,9 +9,11 @@ dtype, the vector width (from the arrays' alignment) and the schedule, which fol
       < warp: several rows per warp (short rows: about 2 pieces a thread, 256-thread blocks)
       = warp .. 1024: one row per warp or per group of warps; the row stays in registers
                        (x read once) while chunks * vec <= 64 elements per thread
-    threads = max(128, row_threads) (256 for short rows); grid = one block per row block (H100: a
-    persistent grid of a few blocks per SM was 1-6% slower at every shape of the benchmark;
-    `blocks=` still asks for one, the kernel strides over row blocks).
+    threads = max(128, row_threads) (short rows: 128 on sm_90a, 256 on CDNA); grid = one block
+    per row block (H100: a persistent grid of a few blocks per SM was 1-6% slower at every shape
+    of the benchmark; `blocks=` still asks for one, the kernel strides over row blocks).
+    min_blocks (tile keyword): blocks an sm_90a SM must hold at once, a register cap; 1 for
+    rms_norm, 1024 / threads for the fused norms.
 
 Run-time: the number of rows, the row length, the row strides, eps. Rows may be strided
 (elements contiguous within a row; leading dimensions must collapse to one row stride).
@@ -29,7 +31,8 @@ from ._rowwise import alignment, cdiv, check_ints, pow2_at_least, rows_of
 
 SOURCE = "rms_norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
-TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks")
+TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks", "min_blocks")
+MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 MAX_HIDDEN = 65536
 CHUNKS_TARGET = 4                   # vector pieces per thread and row: bytes in flight
 MAX_ELEMS = 64                      # elements a thread keeps in registers per row (2-byte dtypes;
@@ -43,10 +46,13 @@ class Args(ctypes.Structure):
                 ("rows", ctypes.c_int), ("hidden", ctypes.c_int), ("eps", ctypes.c_float)]
 
 
-def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
+def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_threads=0) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
     fused norms' (hkjit/ops/norms.py: `op` names them in errors; `max_elems` caps the row
-    elements a thread keeps in registers: they keep fp32 rows and more per element)."""
+    elements a thread keeps in registers: they keep fp32 rows and more per element; `inputs`, the
+    arrays read per element (2 with a residual): on sm_90a the vector loads a thread has in
+    flight count them all; `sm_threads`: on sm_90a the threads an SM must hold at once, which
+    caps registers through min_blocks = sm_threads // threads)."""
     check_ints(op, tiles, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
@@ -60,6 +66,8 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     # blocks; longer rows with 4 pieces and a block as wide as the row group (H100 sweeps).
     short = chunks_needed <= 2 * warp
     per_thread = 2 if short else CHUNKS_TARGET
+    if target.is_nvidia:                # loads in flight per thread, every input counted (H100 sweep)
+        per_thread = max(1, per_thread // inputs)
     row_threads = tiles.get("row_threads", min(1024, pow2_at_least(cdiv(chunks_needed, per_thread))))
     if row_threads > warp and row_threads % warp:
         raise InvalidArgumentError(f"{op}: row_threads={row_threads}; a power of two up to {warp} or a "
@@ -69,9 +77,13 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     if max_elems is None:
         max_elems = MAX_ELEMS // 2 if itemsize == 4 and target.is_nvidia else MAX_ELEMS
     default_chunks = min(cdiv(chunks_needed, row_threads), max(1, max_elems // vec))
+    if target.is_nvidia and inputs > 1:  # rows past 1024 threads: more column blocks, not more
+        default_chunks = min(default_chunks, per_thread)   # registers (a residual row spilled at 4)
     chunks = tiles.get("chunks", default_chunks)
     rows = tiles.get("group_rows", 1)
-    threads = tiles.get("threads", 256 if row_threads < warp else max(128, row_threads))
+    # Short rows: 128-thread blocks on sm_90a (H100 sweep: equal or faster than 256 at 4K-64K rows
+    # of 128), 256 on CDNA.
+    threads = tiles.get("threads", (128 if target.is_nvidia else 256) if row_threads < warp else max(128, row_threads))
     if threads % 64 or threads > target.max_threads or threads % row_threads:
         raise InvalidArgumentError(f"{op}: threads={threads}; a multiple of 64 (whole AMD waves, whole "
                                    f"NVIDIA warps), at most {target.max_threads}, a multiple of "
@@ -82,8 +94,12 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None) -> Config:
     rows_per_block = threads // row_threads * rows
     row_blocks = cdiv(p["rows"], rows_per_block)
     blocks = tiles.get("blocks", row_blocks)
+    min_blocks = tiles.get("min_blocks", max(1, sm_threads // threads) if target.is_nvidia else 1)
+    if min_blocks * threads > MAX_SM_THREADS:
+        raise InvalidArgumentError(f"{op}: min_blocks={min_blocks} blocks of {threads} threads; at most "
+                                   f"{MAX_SM_THREADS} threads fit on an SM")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=rows,
-                  chunks=chunks, blocks=blocks, rows_per_block=rows_per_block)
+                  chunks=chunks, blocks=blocks, rows_per_block=rows_per_block, min_blocks=min_blocks)
 
 
 class RmsNormOp(Op):
@@ -135,8 +151,8 @@ class RmsNormOp(Op):
         cfg = configure(target, p, tiles)
         ttype = DTYPES[cfg["dtype"]].cpp
         kernel_type = (f"rms_norm<{ttype}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['group_rows']}, {cfg['chunks']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks")}
+                       f"{cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
         spec = spec_mod.Specialization("rms_norm", target, SOURCE, kernel_type, "hkjit_rms_norm",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
@@ -194,6 +210,6 @@ def rms_norm(x, weight, eps=1e-6, *, out=None, device=None, compiler=None, **til
 
     x: (..., hidden) bf16 / fp16 / fp32, rows contiguous (a row stride is allowed); weight:
     (hidden,) of x's dtype; hidden up to 65536. out: optional array of x's shape and dtype (may be
-    x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks.
+    x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks.
     """
     return launch.call(RMS_NORM, (x, weight, out), (eps,), (), device, compiler, tile_overrides)

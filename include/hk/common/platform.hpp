@@ -28,6 +28,8 @@
 #ifndef __host__
 #define __host__ __attribute__((host))
 #endif
+// (threads, min_blocks): min_blocks, the blocks a CUDA SM must hold at once, caps registers on
+// NVIDIA; AMD kernels take the block size only.
 #define HK_LAUNCH_BOUNDS(threads, min_blocks) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #define HK_GRID_CONSTANT
 #if defined(__gfx950__)
