@@ -15,24 +15,20 @@
 // Loads are plain vector loads (any (batch, head, row) strides, varlen offsets) into the swizzled
 // layout wgmma reads; rows past the sequence read as zero. Causal blocks past the diagonal of the
 // block's last row are never loaded.
-#include "hk/hk.hpp"
+#include "attention_hopper_common.cuh"
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC>
 struct attention_fwd_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BKV == 64 || BKV == 128, "KV block: 64 or 128 keys");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
-  static_assert(VEC == 8 || VEC == 4 || VEC == 2, "16-, 8- or 4-byte loads");
   static constexpr int BQ = CONSUMERS * 64;                  // query rows per block
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
   static constexpr int DC = D / 64, KC = BKV / 64;           // 64-wide chunks of the head dim / of a KV block
-  // Registers: the producer keeps enough for its batched loads and address arithmetic (56 spilled
-  // at D64 / BKV 64) and gives the rest to the consumers (2 consumers: 216 each).
-  static constexpr int PRODUCER_REGS = 72;
-  static constexpr int ENTRY_REGS = 65536 / threads / 8 * 8;
-  static constexpr int CONSUMER_REGS_RAW = (ENTRY_REGS * (CONSUMERS + 1) - PRODUCER_REGS) / CONSUMERS / 8 * 8;
-  static constexpr int CONSUMER_REGS = CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW;
+  // Registers (attention_hopper_common.cuh): 2 consumers get 216 each, the producer 72.
+  static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::PRODUCER;
+  static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::CONSUMER;
 
   using chunk_t = hk::st<T, 64, 64>;           // Q chunk (64 rows x 64 of D), P chunk (64 rows x 64 keys)
   using k_t = hk::st<T, BKV, 64>;              // K: keys x 64 of D (K-major B operand of Q K^T)
@@ -54,16 +50,7 @@ struct attention_fwd_hopper {
   };
   static_assert(sizeof(args) == 200, "args layout is mirrored in Python");
 
-  // The block's sequence: row offsets into the packed arrays (varlen) and lengths.
-  struct seq_t { int q0, k0, lq, lk; };
-  static __device__ __forceinline__ seq_t sequence(const args& g, int b) {
-    if constexpr (VARLEN) {
-      const int q0 = g.cu_seqlens_q[b], k0 = g.cu_seqlens_k[b];
-      return {q0, k0, g.cu_seqlens_q[b + 1] - q0, g.cu_seqlens_k[b + 1] - k0};
-    } else {
-      return {0, 0, g.n_q, g.n_k};
-    }
-  }
+  using seq_t = hkjit_attn_hopper::seq_t;
   // KV blocks the block's query rows [row0, row0 + BQ) need: causal stops after the last row's diagonal.
   static __device__ __forceinline__ int kv_blocks(const seq_t& s, int row0) {
     int keys = s.lk;
@@ -75,32 +62,10 @@ struct attention_fwd_hopper {
     return keys > 0 ? (keys + BKV - 1) / BKV : 0;
   }
 
-  // Tile t <- global rows [r0, r0 + ST::rows), columns [c0, c0 + ST::cols) (row stride sr), by the
-  // 128 threads of a warpgroup; rows at or past `limit` read as zero (the masked keys then multiply
-  // zeros, never stale NaNs). Loads go out in batches of 4 before their stores, so each thread
-  // keeps several in flight.
-  using vec_t = hk::conditional_t<VEC == 8, uint4, hk::conditional_t<VEC == 4, uint2, unsigned>>;
   template <class ST>
   static __device__ __forceinline__ void load_tile(ST& t, const T* base, long long sr, int r0, int limit, int c0,
                                                    int tid) {
-    constexpr int per_row = ST::cols / VEC, per_thread = ST::rows * per_row / hk::WARPGROUP_THREADS;
-    constexpr int BATCH = per_thread < 4 ? per_thread : 4;
-    static_assert(per_thread % BATCH == 0, "whole batches of loads");
-#pragma unroll 1
-    for (int i0 = 0; i0 < per_thread; i0 += BATCH) {
-      vec_t x[BATCH];
-#pragma unroll
-      for (int u = 0; u < BATCH; ++u) {
-        const int i = (i0 + u) * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
-        x[u] = vec_t{};
-        if (r0 + r < limit) x[u] = *reinterpret_cast<const vec_t*>(base + (long long)(r0 + r) * sr + c0 + c);
-      }
-#pragma unroll
-      for (int u = 0; u < BATCH; ++u) {
-        const int i = (i0 + u) * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
-        *reinterpret_cast<vec_t*>(reinterpret_cast<char*>(t.data) + ST::offset(r, c)) = x[u];
-      }
-    }
+    hkjit_attn_hopper::load_tile<VEC>(t, base, sr, r0, limit, c0, tid);
   }
 
   // ---- producer ------------------------------------------------------------------------------------
@@ -125,15 +90,9 @@ struct attention_fwd_hopper {
   }
 
   // ---- consumers -------------------------------------------------------------------------------------
-  static __device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-  }
-  static __device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-  }
-  static __device__ __forceinline__ float exp2_(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+  static __device__ __forceinline__ float quad_max(float x) { return hkjit_attn_hopper::quad_max(x); }
+  static __device__ __forceinline__ float quad_sum(float x) { return hkjit_attn_hopper::quad_sum(x); }
+  static __device__ __forceinline__ float exp2_(float x) { return hk::fast_exp2(x); }
 
   static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
                                  hk::mbarrier* full, hk::mbarrier* empty, int consumer) {
@@ -243,7 +202,7 @@ struct attention_fwd_hopper {
     consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
     hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(cons + CONSUMERS);
     hk::mbarrier* empty = full + STAGES;
-    const seq_t s = sequence(g, blockIdx.z);
+    const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
     if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {

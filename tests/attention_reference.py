@@ -77,3 +77,43 @@ def check_torch(o, lse, ref_o, ref_lse, what):
     assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), f"{what}: -inf LSE rows differ"
     fin = torch.isfinite(ref_lse)
     assert (lse[fin] - ref_lse[fin]).abs().max().item() < 2e-2, f"{what}: LSE error"
+
+
+def torch_reference_backward(q, k, v, do, causal, scale):
+    """float32 (dQ, dK, dV) from (B, H, N, D) torch tensors by the explicit formulas (no autograd:
+    rows that see no key give 0, not NaN); GQA gradients summed over each KV head's query heads."""
+    import torch
+    b, heads, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    group = heads // hkv
+    qf, dof = q.float(), do.float()
+    kr, vr = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
+    s = scale * qf @ kr.transpose(-1, -2)
+    if causal:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + nk - nq, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isfinite(m), m, 0.0))
+    total = p.sum(-1, keepdim=True)
+    p = torch.where(total > 0, p / total.clamp_min(1e-30), 0.0)
+    o = p @ vr
+    dv = p.transpose(-1, -2) @ dof
+    ds = p * (dof @ vr.transpose(-1, -2) - (dof * o).sum(-1, keepdim=True))
+    dq = scale * ds @ kr
+    dk = scale * ds.transpose(-1, -2) @ qf
+    fold = lambda x: x.reshape(b, hkv, group, nk, d).sum(2)  # noqa: E731
+    return dq, fold(dk), fold(dv)
+
+
+def check_grads(grads, refs, what, tol=1e-2, floor=1e-3):
+    """hkjit's dQ, dK, dV against references: no NaN (unwritten), each within `tol` relative (norm).
+    Gradients that vanish (a sequence of one key: softmax over one score is constant, dQ = dK = 0)
+    are rounding noise on both sides: there the bound is tol x an RMS of `floor` per element."""
+    import torch
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+        assert not torch.isnan(g).any(), f"{what} {name}: NaN (unwritten?)"
+        norm = torch.linalg.norm(r.float()).item()
+        err = torch.linalg.norm(g.float() - r.float()).item()
+        bound = tol * max(norm, floor * r.numel() ** 0.5)
+        assert err <= bound, f"{what} {name}: error {err:.2e}, reference norm {norm:.2e} (bound {bound:.2e})"

@@ -1,6 +1,7 @@
-"""The forward attention kernels' argument block, the same on every target (attention_fwd_cdna<...>
-and attention_fwd_hopper<...> declare one `args` layout), and the checks and packing both per-arch
-`fill`s share."""
+"""The attention kernels' argument blocks, the same on every target: the forward's
+(attention_fwd_cdna<...> and attention_fwd_hopper<...> declare one `args` layout) with the checks
+and packing both per-arch forward `fill`s share, and the backward's (hkjit_attn::bwd_args in
+attention_bwd_cdna.hip, hkjit_attn_hopper::bwd_args in attention_bwd_hopper.cuh)."""
 
 import ctypes
 import math
@@ -33,3 +34,23 @@ def pack_forward(load_bytes, varlen, *, q, k, v, o, lse, q_strides, k_strides, v
     return ForwardArgs(int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
                        *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k),
                        float(scale) * math.log2(math.e))
+
+
+BACKWARD_STRIDED = ("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse", "delta")
+
+
+class BackwardArgs(ctypes.Structure):
+    """Mirror of hkjit_attn::bwd_args (CDNA) and hkjit_attn_hopper::bwd_args (sm_90a)."""
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "d_o", "lse", "delta", "dq", "dk", "dv",
+                                               "cu_seqlens_q", "cu_seqlens_k")] + \
+               [(f"{t}_{s}", _L) for t in BACKWARD_STRIDED for s in ("sb", "sh", "sr")] + \
+               [(n, ctypes.c_int) for n in ("batch", "heads", "kv_heads", "n_q", "n_k")] + \
+               [("scale_log2", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+def pack_backward(*, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads,
+                  n_q, n_k, scale, **strides) -> BackwardArgs:
+    vals = [int(x) for t in BACKWARD_STRIDED for x in strides[f"{t}_strides"]]
+    return BackwardArgs(int(q), int(k), int(v), int(o or 0), int(d_o), int(lse), int(delta), int(dq or 0),
+                        int(dk or 0), int(dv or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0), *vals, int(batch),
+                        int(heads), int(kv_heads), int(n_q), int(n_k), float(scale) * math.log2(math.e), float(scale))

@@ -10,31 +10,24 @@ Two kernels, each with the per-arch interface of hkjit/ops/gemm.py as an object 
 Deterministic: no atomics; the GQA sum over query heads runs inside one workgroup, in order.
 """
 
-import ctypes
 import math
 
 from ..dtypes import DTYPES
 from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
+from ._attention_args import BackwardArgs, pack_backward
 
 SOURCE = "attention_bwd_cdna.hip"
 WAVES = 4
 ROWS = 32                  # rows of the resident operand per wave (queries for dq, keys for dkdv)
 _MAX_LOAD = {"gfx942": 4, "gfx950": 16}
-STRIDED = ("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse", "delta")
 
 
 def _err(msg):
     raise InvalidArgumentError(msg)
 
 
-class Args(ctypes.Structure):
-    """Mirror of hkjit_attn::bwd_args (kernel_sources/attention_bwd_cdna.hip)."""
-    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "d_o", "lse", "delta", "dq", "dk", "dv",
-                                               "cu_seqlens_q", "cu_seqlens_k")] + \
-               [(f"{t}_{s}", ctypes.c_longlong) for t in STRIDED for s in ("sb", "sh", "sr")] + \
-               [(n, ctypes.c_int) for n in ("batch", "heads", "kv_heads", "n_q", "n_k")] + \
-               [("scale_log2", ctypes.c_float), ("scale", ctypes.c_float)]
+Args = BackwardArgs          # hkjit_attn::bwd_args, shared with the sm_90a backward
 
 
 class Kernel:
@@ -121,10 +114,9 @@ class Kernel:
             if int(strides[f"{name}_strides"][2]) != 1:
                 _err(f"attention backward: {name}'s rows must be contiguous (row stride 1, got "
                      f"{strides[f'{name}_strides'][2]}); pass {name}.contiguous()")
-        vals = [int(x) for t in STRIDED for x in strides[f"{t}_strides"]]
-        return Args(int(q), int(k), int(v), int(o), int(d_o), int(lse), int(delta), int(dq or 0), int(dk or 0),
-                    int(dv or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0), *vals, int(batch), int(heads),
-                    int(kv_heads), int(n_q), int(n_k), float(scale) * math.log2(math.e), float(scale))
+        return pack_backward(q=q, k=k, v=v, o=o, d_o=d_o, lse=lse, delta=delta, dq=dq, dk=dk, dv=dv,
+                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, batch=batch, heads=heads,
+                             kv_heads=kv_heads, n_q=n_q, n_k=n_k, scale=scale, **strides)
 
 
 DQ = Kernel("dq", "attention_bwd_dq_cdna", "block_kv", 64, "hkjit_attention_bwd_dq")

@@ -37,8 +37,8 @@ heads, kv_heads, n_q, n_k, scale, workspace)`: the forward's keywords plus d_o (
 gradient, q's layout), o (the forward output), delta (float32, LSE's shape and strides), dq / dk /
 dv (q's / k's / v's layouts) and their strides, each (batch, head, row) in elements; `do` is `d_o`
 because `do` is a Python keyword. The DQ kernel writes delta and dq (dk, dv are 0); the DKDV kernel
-reads delta and writes dk and dv (o and dq are 0); lse and delta rows are contiguous. Module:
-`_cdna_attention_bwd` (gfx942, gfx950); sm_90a: `_hopper_attention_bwd` when it exists.
+reads delta and writes dk and dv (o and dq are 0); lse and delta rows are contiguous. Modules:
+`_cdna_attention_bwd` (gfx942, gfx950) and `_hopper_attention_bwd` (sm_90a).
 """
 
 import functools

@@ -11,26 +11,19 @@ The backward modules' contract is in hkjit/ops/attention.py's docstring (beside 
 """
 
 import functools
-import importlib
-import importlib.util
 
 from .. import interop, launch, spec as spec_mod
 from ..dtypes import DTYPES
-from ..errors import DeviceError, InvalidArgumentError, TargetError
+from ..errors import DeviceError, InvalidArgumentError
 from ..op import Binding, Op, Plan
-from . import _cdna_attention_bwd, register
+from . import _cdna_attention_bwd, _hopper_attention_bwd, register
 from .attention import ATTENTION, _alignment, _bhnd_strides, attention_forward, dense_strides, prepare_call, qkv_facts
 
-_HOPPER_BWD = f"{__package__}._hopper_attention_bwd"
 ARRAYS = ("q", "k", "v", "out", "grad_out", "lse", "delta", "dq", "dk", "dv", "cu_seqlens_q", "cu_seqlens_k")
 
 
 def backward_module(target):
-    if not target.is_nvidia:
-        return _cdna_attention_bwd
-    if importlib.util.find_spec(_HOPPER_BWD) is None:
-        raise TargetError("attention backward on sm_90a: not built yet")
-    return importlib.import_module(_HOPPER_BWD)
+    return _hopper_attention_bwd if target.is_nvidia else _cdna_attention_bwd
 
 
 class AttentionBackwardOp(Op):
@@ -45,10 +38,8 @@ class AttentionBackwardOp(Op):
 
     @property
     def tile_keywords(self) -> tuple:
-        """The union over the per-arch kernels present (each rejects what it lacks)."""
-        kernels = (getattr(_cdna_attention_bwd, self.kernel.upper()),)
-        if importlib.util.find_spec(_HOPPER_BWD) is not None:
-            kernels += (getattr(importlib.import_module(_HOPPER_BWD), self.kernel.upper()),)
+        """The union over the per-arch kernels (each rejects what it lacks)."""
+        kernels = (getattr(m, self.kernel.upper()) for m in (_cdna_attention_bwd, _hopper_attention_bwd))
         return tuple(dict.fromkeys(t for k in kernels for t in k.TILES))
 
     def plan_for(self, target, p, tiles) -> Plan:
@@ -154,7 +145,8 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     """Gradients (dq, dk, dv) of `hkjit.attention(q, k, v, causal=, scale=, layout=, cu_seqlens_*=)`
     given its output `out`, its `lse` (return_lse=True) and the output gradient `grad_out` (q's
     shape). dq / dk / dv: optional arrays to write into. Deterministic. Tile overrides: block_kv
-    (the dQ kernel's KV block), block_q (the dK/dV kernel's query block)."""
+    (the dQ kernel's KV block), block_q (the dK/dV kernel's query block); on sm_90a also
+    dq_stages and dkdv_stages (each kernel's ring depth)."""
     options, scale = prepare_call(q, k, causal, scale, layout, True, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k)
     unknown = sorted(set(tile_overrides) - set(DQ_OP.tile_keywords) - set(DKDV_OP.tile_keywords))

@@ -4,6 +4,7 @@
 //   mma_ABt  acc (+)= A  * B^T A: st<M,K>,                B: st<N,K>
 //   mma_AtB  acc (+)= A^T* B   A: st<K,M> (M contiguous), B: st<K,N>
 //   mma_AtBt acc (+)= A^T* B^T A: st<K,M>,                B: st<N,K>
+//   mma_AB   acc (+)= A  * B   A: rt_a<K> (registers),     B: st<K,N> (N contiguous)
 // Each call issues every k16 step of the tiles' K (one wgmma per 64-row block and step), then
 // commits them as one group; mma_wait<N>() waits until at most N groups are in flight.
 #include "tiles.hpp"
@@ -20,10 +21,11 @@ HK_INLINE u64 smem_desc(u32 addr, u32 lbo, u32 sbo, int swizzle_bytes) {
 
 // K-major operand (K contiguous, one 128-byte chunk = 64 K): rows are 128 B apart, 8-row groups
 // 1024 B apart (SBO); a k16 step moves 32 B inside the swizzled row (the hardware applies the
-// XOR on the final address). LBO is unused for swizzled K-major layouts.
+// XOR on the final address). LBO is unused for swizzled K-major layouts. A tile of several 64-wide
+// chunks (K = 128, ...) is read chunk by chunk: step k16 lies in chunk k16 / 4.
 template <class ST> HK_INLINE u64 desc_kmajor(const ST& t, int k16, int row0 = 0) {
-  static_assert(ST::cols == 64, "K-major wgmma operand: 64 contiguous K per tile");
-  return smem_desc(smem_addr(t.data) + row0 * 128 + k16 * 32, 16, 1024, 128);
+  static_assert(ST::cols % 64 == 0, "K-major wgmma operand: whole 64-wide (128-byte) chunks of K");
+  return smem_desc(smem_addr(t.data) + (k16 / 4) * ST::chunk_bytes + row0 * 128 + (k16 % 4) * 32, 16, 1024, 128);
 }
 // M/N-major operand (M or N contiguous): SBO steps 8 K-rows (8 swizzle rows), LBO steps one chunk
 // of W = min(C,64) columns; a k16 step moves 16 swizzle rows.
@@ -41,6 +43,32 @@ template <class RT> HK_INLINE void fence_operand(RT& t) {
   for (int b = 0; b < RT::blocks; ++b)
 #pragma unroll
     for (int k = 0; k < RT::regs; ++k) asm volatile("" : "+f"(t.v[b][k]) :: "memory");
+}
+
+// ---- A from registers (wgmma's RS form) ----------------------------------------------------------
+// A 64 x K tile of 16-bit values held the way wgmma reads A from registers: step s (columns
+// 16s..16s+15) is four registers of packed pairs, (row r, columns c, c+1), (r+8, c), (r, c+8),
+// (r+8, c+8), for this thread's r and c of rt's accumulator layout. That is exactly an
+// rt<float, 64, K> packed pairwise in register order (accumulator register k, k+1 -> v[k / 8][k % 8 / 2]):
+// a product's result becomes the next product's A with no shared-memory round trip.
+template <class T, int K> struct rt_a {
+  static_assert(K % 16 == 0, "hk::rt_a: whole k16 steps");
+  using dtype = T;
+  static constexpr int rows = 64, cols = K, steps = K / 16;
+  u32 v[steps][4];
+  // Accumulator registers k and k + 1 (k even) of an rt<float, 64, K>, rounded to T.
+  HK_INLINE void set_pair(int k, float lo, float hi) { v[k / 8][(k % 8) / 2] = pack2<T>(lo, hi); }
+};
+template <class T, int K> HK_INLINE void pack_a(rt_a<T, K>& a, const rt<float, 64, K>& acc) {
+#pragma unroll
+  for (int k = 0; k < K / 2; k += 2) a.set_pair(k, acc.v[0][k], acc.v[0][k + 1]);
+}
+// Keep an in-flight wgmma's A registers alive and unmoved until after its mma_wait.
+template <class T, int K> HK_INLINE void fence_operand(rt_a<T, K>& a) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a.v[s][i]) :: "memory");
 }
 
 namespace detail {
@@ -85,6 +113,18 @@ template <class RT, int NACC, class STA, class STB>
 HK_INLINE void mma_AB(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
   static_assert(STA::cols == STB::rows && RT::rows == STA::rows && RT::cols == STB::cols, "mma_AB shapes");
   detail::mma<false, true, NACC>(d, a, b, acc);
+}
+// acc (+)= A * B with A in registers (rt_a, 64 x K) and B: st<K, N> (N contiguous), one commit group.
+template <class RT, class T, int K, class STB>
+HK_INLINE void mma_AB(RT& d, const rt_a<T, K>& a, const STB& b, bool acc = true) {
+  static_assert(RT::rows == 64 && STB::rows == K && RT::cols == STB::cols, "mma_AB (A in registers) shapes");
+  static_assert(sizeof(typename STB::dtype) == 2 && is_bf16<T>::value == is_bf16<typename STB::dtype>::value,
+                "mma_AB: A and B of one 16-bit type");
+  mma_fence();
+#pragma unroll
+  for (int k = 0; k < K / 16; ++k)
+    detail::wgmma_rs_m64k16<RT::cols, is_bf16<T>::value, 1>(d.v[0], a.v[k], desc_mnmajor(b, k), (acc || k > 0) ? 1 : 0);
+  mma_commit();
 }
 template <class RT, class STA, class STB> HK_INLINE void mma_ABt(RT& d, const STA& a, const STB& b, bool acc = true) {
   static_assert(STA::cols == STB::cols && RT::rows == STA::rows && RT::cols == STB::rows, "mma_ABt shapes");

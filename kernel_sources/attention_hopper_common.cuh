@@ -1,0 +1,76 @@
+#pragma once
+// attention_hopper_common.cuh: what the sm_90a attention kernels (attention_fwd_hopper.cuh,
+// attention_bwd_hopper.cuh) share: a sequence's offsets and lengths (dense or varlen), the
+// warpgroup tile loader, the register split between producer and consumer warpgroups, and the
+// lane reductions over the 4 lanes that hold one accumulator row.
+#include "hk/hk.hpp"
+
+namespace hkjit_attn_hopper {
+
+// Registers: the producer warpgroup keeps PRODUCER_REGS for its batched loads and address
+// arithmetic and gives the rest to the consumers (setmaxnreg). The forward's producer keeps 72 (56
+// spilled at D64 / block_kv 64), its consumers get 216; the backward's keeps 56, its consumers get
+// 224 (dK, dV, S^T, dP^T: 192 accumulator registers at D128).
+template <int CONSUMERS, int PRODUCER_REGS> struct register_split {
+  static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
+  static constexpr int PRODUCER = PRODUCER_REGS;
+  static constexpr int ENTRY = 65536 / threads / 8 * 8;
+  static constexpr int RAW = (ENTRY * (CONSUMERS + 1) - PRODUCER) / CONSUMERS / 8 * 8;
+  static constexpr int CONSUMER = RAW > 240 ? 240 : RAW;
+};
+
+// A batch's sequence: row offsets into the packed arrays (varlen) and lengths.
+struct seq_t { int q0, k0, lq, lk; };
+template <bool VARLEN>
+__device__ __forceinline__ seq_t sequence(const int* cu_q, const int* cu_k, int n_q, int n_k, int b) {
+  if constexpr (VARLEN) {
+    const int q0 = cu_q[b], k0 = cu_k[b];
+    return {q0, k0, cu_q[b + 1] - q0, cu_k[b + 1] - k0};
+  } else {
+    return {0, 0, n_q, n_k};
+  }
+}
+
+// Tile t <- global rows [r0, r0 + ST::rows), columns [c0, c0 + ST::cols) (row stride sr), by the
+// 128 threads of a warpgroup, with VEC-element (16/8/4-byte) loads written straight into the
+// swizzled layout wgmma reads; rows at or past `limit` read as zero (masked rows then multiply
+// zeros, never stale NaNs). Loads go out in batches of MAX_BATCH (4) before their stores, so each
+// thread keeps several in flight (a smaller batch holds fewer registers). The caller fences
+// (fence_proxy_async) before wgmma reads the tile.
+template <int VEC>
+using vec_t = hk::conditional_t<VEC == 8, uint4, hk::conditional_t<VEC == 4, uint2, unsigned>>;
+template <int VEC, int MAX_BATCH = 4, class ST, class T>
+__device__ __forceinline__ void load_tile(ST& t, const T* base, long long sr, int r0, int limit, int c0, int tid) {
+  static_assert(VEC == 8 || VEC == 4 || VEC == 2, "16-, 8- or 4-byte loads");
+  using V = vec_t<VEC>;
+  constexpr int per_row = ST::cols / VEC, per_thread = ST::rows * per_row / hk::WARPGROUP_THREADS;
+  constexpr int BATCH = per_thread < MAX_BATCH ? per_thread : MAX_BATCH;
+  static_assert(per_thread % BATCH == 0, "whole batches of loads");
+#pragma unroll 1
+  for (int i0 = 0; i0 < per_thread; i0 += BATCH) {
+    V x[BATCH];
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+      const int i = (i0 + u) * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
+      x[u] = V{};
+      if (r0 + r < limit) x[u] = *reinterpret_cast<const V*>(base + (long long)(r0 + r) * sr + c0 + c);
+    }
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+      const int i = (i0 + u) * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
+      *reinterpret_cast<V*>(reinterpret_cast<char*>(t.data) + ST::offset(r, c)) = x[u];
+    }
+  }
+}
+
+// An accumulator row lives in 4 adjacent lanes.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace hkjit_attn_hopper

@@ -1,0 +1,94 @@
+"""Dev harness for the sm_90a attention backward (kernel_sources/attention_bwd_hopper.cuh) on an
+H100/H200: time hkjit.attention_backward and each of its two kernels, with tile variants, beside
+torch SDPA's cuDNN and flash backward in one process.
+
+    PYTHONPATH=. python3 tools/attention_bwd_dev.py                      # default shapes and variants
+    PYTHONPATH=. python3 tools/attention_bwd_dev.py --shapes 16,16,16,8192,128,1 --variants "{};{'block_kv':128}"
+    PYTHONPATH=. python3 tools/attention_bwd_dev.py --once 16,16,16,8192,128,0   # one call each (for ncu)
+
+A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s use 2.5x the forward's FLOPs
+(4·B·H·N²·D, halved when causal), FlashAttention's convention for the backward.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+SHAPES = ["16,16,16,4096,64,0", "16,16,16,4096,64,1", "16,16,16,4096,128,0", "16,16,16,4096,128,1",
+          "16,16,16,8192,128,0", "16,16,16,8192,128,1", "16,64,8,4096,128,1"]
+VARIANTS = "{};{'block_kv':128};{'block_kv':64};{'dq_stages':3,'dkdv_stages':3}"
+
+
+def kernels(q, k, v, o, lse, do, causal, tiles):
+    """The two launches of attention_backward, separately callable (for per-kernel times)."""
+    from hkjit import launch
+    from hkjit.ops.attention import prepare_call
+    from hkjit.ops.attention_backward import ARRAYS, DKDV_OP, DQ_OP
+    options, scale = prepare_call(q, k, causal, None, "bhnd", True, None, None, None, None)
+    pick = lambda op: {n: x for n, x in tiles.items() if n in op.tile_keywords}  # noqa: E731
+    a = dict(q=q, k=k, v=v, out=o, grad_out=do, lse=lse, delta=None, dq=None, dk=None, dv=None, cu_seqlens_q=None,
+             cu_seqlens_k=None)
+    _, delta = launch.call(DQ_OP, tuple(a[n] for n in ARRAYS), (scale,), options, None, None, pick(DQ_OP))
+    b = dict(a, out=None, delta=delta)
+    return (lambda: launch.call(DQ_OP, tuple(a[n] for n in ARRAYS), (scale,), options, None, None, pick(DQ_OP)),
+            lambda: launch.call(DKDV_OP, tuple(b[n] for n in ARRAYS), (scale,), options, None, None, pick(DKDV_OP)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=";".join(SHAPES))
+    ap.add_argument("--variants", default=VARIANTS)
+    ap.add_argument("--once", default=None)
+    args = ap.parse_args()
+    import torch
+    import hkjit
+    from hkjit.bench.attention import _sdpa_peers
+    from hkjit.bench.timing import median_ms
+
+    if args.once:
+        b, h, hkv, n, d, c = (int(x) for x in args.once.split(","))
+        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        o, lse = hkjit.attention(q, k, v, causal=bool(c), return_lse=True)
+        hkjit.attention_backward(torch.randn_like(q), q, k, v, o, lse, causal=bool(c))
+        torch.cuda.synchronize()
+        return
+    peers = _sdpa_peers(torch)
+    variants = [ast.literal_eval(x) for x in args.variants.split(";")]
+    print(f"{'shape':<28} {'variant':<40} {'total':>7} {'dq ms':>7} {'dkdv ms':>7} {'TFLOP/s':>8}  vs peers")
+    for shape in args.shapes.split(";"):
+        b, h, hkv, n, d, c = (int(x) for x in shape.split(","))
+        causal = bool(c)
+        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        do = torch.randn_like(q)
+        o, lse = hkjit.attention(q, k, v, causal=causal, return_lse=True)
+        flops = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)
+        peer_tf = {}
+        for name, fn in peers.items():
+            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+            out = fn(qg, kg, vg, causal)
+            ms = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+            peer_tf[name] = flops / ms / 1e9
+            del out
+        label = f"B{b} H{h}/{hkv} N{n} D{d} {'causal' if causal else 'full'}"
+        for tiles in variants:
+            try:
+                ms = median_ms(lambda: hkjit.attention_backward(do, q, k, v, o, lse, causal=causal, **tiles))
+                f_dq, f_dkdv = kernels(q, k, v, o, lse, do, causal, tiles)
+                ms_dq, ms_dkdv = median_ms(f_dq), median_ms(f_dkdv)
+                tf = flops / ms / 1e9
+                print(f"{label:<28} {str(tiles):<40} {ms:7.3f} {ms_dq:7.3f} {ms_dkdv:7.3f} {tf:8.1f}  " +
+                      "  ".join(f"{p} {t:.1f} ({tf / t:.2f}x)" for p, t in peer_tf.items()), flush=True)
+            except Exception as e:   # a refused variant (e.g. shared memory) must not stop the rest
+                print(f"{label:<28} {str(tiles):<40} {type(e).__name__}: {str(e)[:120]}", flush=True)
+        del q, k, v, do, o, lse
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
