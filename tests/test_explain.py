@@ -40,14 +40,16 @@ def test_log_names_dtype_and_tile_changes(cache_dir, monkeypatch, capsys):
 @needs_clang
 def test_log_names_a_changed_header(cache_dir, monkeypatch, capsys):
     _build()
-    real = spec_mod.header_closure
+    real = spec_mod.closure
 
-    def edited(source):               # as if include/hk/common/rt_row.hpp had been edited
-        files = dict(real(source))
+    def edited(source):               # as if include/hk/common/rt_row.hpp had been edited on disk:
+        known = real(source)          # its stamp moves (the key index re-hashes) and its hash changes
+        files = dict(known.files)
         name = next(n for n in sorted(files) if n.endswith("rt_row.hpp"))
         files[name] = "0" * 64
-        return files
-    monkeypatch.setattr(spec_mod, "header_closure", edited)
+        return spec_mod.Closure(files, known.stamp)
+    monkeypatch.setattr(spec_mod, "closure", edited)
+    monkeypatch.setattr(spec_mod, "stamp_holds", lambda stamp: False)
     monkeypatch.setenv("HKJIT_LOG", "compile")
     hkjit.reset_state()
     _build()

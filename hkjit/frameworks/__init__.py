@@ -17,7 +17,6 @@ Eager calls with real arrays never reach this package (the repeat paths are unto
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -79,8 +78,9 @@ def _dynamo_loaded() -> None:
 
 
 # --- running code right after a module is imported -----------------------------------------------
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds `name` with the other finders and wraps its loader so `callback` runs right after the
+class _AfterImport:
+    """A sys.meta_path finder (a plain class: importlib.abc would import importlib.resources and
+    tempfile on every start). Finds `name` with the other finders and wraps its loader so `callback` runs right after the
     module's own code (then leaves sys.meta_path). Only that one name is ever looked at."""
 
     def __init__(self, name, callback):
