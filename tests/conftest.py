@@ -1,6 +1,5 @@
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -47,3 +46,17 @@ def cache_dir(tmp_path, monkeypatch):
     hkjit.reset_state()
     yield d
     hkjit.reset_state()
+
+
+@pytest.fixture
+def editable_sources(monkeypatch, tmp_path):
+    """(kernel_sources, include) copies holding the small test kernel (tests/kernels/scale.cuh),
+    put where hkjit looks for them, so a test can edit headers."""
+    from hkjit import spec as spec_mod
+    src, inc = tmp_path / "kernel_sources", tmp_path / "include"
+    shutil.copytree(spec_mod.include_dir(), inc)
+    src.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "kernels", "scale.cuh"), src)
+    monkeypatch.setattr(spec_mod, "kernel_sources_dir", lambda: src)
+    monkeypatch.setattr(spec_mod, "include_dir", lambda: inc)
+    return src, inc

@@ -22,15 +22,8 @@ KERNELS = Path(__file__).parent / "kernels"
 
 
 @pytest.fixture
-def sources(monkeypatch, tmp_path):
-    """include/ and kernel_sources/ copies holding the small test kernel, so headers can be edited."""
-    src, inc = tmp_path / "kernel_sources", tmp_path / "include"
-    shutil.copytree(spec_mod.include_dir(), inc)
-    src.mkdir()
-    shutil.copy(KERNELS / "scale.cuh", src)
-    monkeypatch.setattr(spec_mod, "kernel_sources_dir", lambda: src)
-    monkeypatch.setattr(spec_mod, "include_dir", lambda: inc)
-    return src, inc
+def sources(editable_sources):
+    return editable_sources
 
 
 def _spec(target, s):

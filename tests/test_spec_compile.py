@@ -1,5 +1,4 @@
 """Specialisation (generated source, key parts) and the compiler drivers on real targets."""
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,8 @@ def _spec(target="gfx950", s=3, source="scale.cuh"):
 
 
 @pytest.fixture
-def test_sources(monkeypatch, tmp_path):
-    """kernel_sources/ and include/ copies holding the test kernel, so headers can be edited."""
-    src, inc = tmp_path / "kernel_sources", tmp_path / "include"
-    shutil.copytree(spec_mod.include_dir(), inc)
-    src.mkdir()
-    shutil.copy(KERNELS / "scale.cuh", src)
-    monkeypatch.setattr(spec_mod, "kernel_sources_dir", lambda: src)
-    monkeypatch.setattr(spec_mod, "include_dir", lambda: inc)
-    return src, inc
+def test_sources(editable_sources):
+    return editable_sources
 
 
 def test_rendered_unit_names_only_validated_values():

@@ -28,17 +28,11 @@ def _spec():
 
 
 @pytest.fixture
-def sources(monkeypatch, tmp_path, cache_dir):
-    """kernel_sources/ and include/ copies holding the test kernel, so headers can be edited; their
-    stamps count as settled at once (spec.SETTLE_NS: see test_files_changed_just_now_are_not_stamped)."""
-    src, inc = tmp_path / "kernel_sources", tmp_path / "include"
-    shutil.copytree(spec_mod.include_dir(), inc)
-    src.mkdir()
-    shutil.copy(KERNELS / "scale.cuh", src)
-    monkeypatch.setattr(spec_mod, "kernel_sources_dir", lambda: src)
-    monkeypatch.setattr(spec_mod, "include_dir", lambda: inc)
+def sources(editable_sources, monkeypatch, cache_dir):
+    """The editable copies; their stamps count as settled at once (spec.SETTLE_NS: see
+    test_files_changed_just_now_are_not_stamped)."""
     monkeypatch.setattr(spec_mod, "SETTLE_NS", 0)
-    return src, inc
+    return editable_sources
 
 
 def _prime(spec) -> str:
