@@ -288,9 +288,11 @@ struct gemm_hopper {
     hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
     if (!flags[consumer]) return false;
     asm volatile("fence.acq_rel.gpu;" ::: "memory");     // the other partials after their arrivals
+    // Sum the slices in slice order, whichever arrived last (our own partial read back from its
+    // slot too): the same bits on every run. Starting from our own accumulator would make the
+    // order, and so the rounding, depend on which slice finished last.
 #pragma unroll 1
     for (int s = 0; s < SPLIT_K; ++s) {
-      if (s == slice) continue;
       const float* p = slot(s);
 #pragma unroll
       for (int b = 0; b < acc_t::blocks; ++b)
@@ -299,6 +301,7 @@ struct gemm_hopper {
           for (int j = 0; j < acc_t::regs / 4; ++j) {
             float x0, x1, x2, x3;
             ld_cg4(p + ((b * (acc_t::regs / 4) + j) * 128 + t) * 4, x0, x1, x2, x3);
+            if (s == 0) acc.v[b][4 * j] = acc.v[b][4 * j + 1] = acc.v[b][4 * j + 2] = acc.v[b][4 * j + 3] = 0.0f;
             acc.v[b][4 * j] += x0; acc.v[b][4 * j + 1] += x1; acc.v[b][4 * j + 2] += x2; acc.v[b][4 * j + 3] += x3;
           }
     }

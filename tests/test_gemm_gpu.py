@@ -131,3 +131,22 @@ def test_mixed_host_and_gpu_is_refused():
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(hkjit.DeviceError):
         hkjit.gemm(a, torch.randn(64, 64, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("M,N,K,split_k", [(128, 4096, 4096, 4), (64, 1000, 3000, 3), (77, 256, 8192, 8)])
+def test_split_k_is_bitwise_reproducible(M, N, K, split_k):
+    """The K-slices are summed in slice order whatever order they finish in: repeated calls, and
+    calls racing other work on the GPU, give the same bits (fp32 output, so no rounding to bf16
+    hides a difference)."""
+    torch = pytest.importorskip("torch")
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    first = hkjit.gemm(a, b, out_dtype="float32", split_k=split_k)
+    assert rel_err(first, a.double() @ b.double()) < 1e-5
+    noise = torch.randn(2048, 2048, device="cuda")
+    for i in range(30):
+        if i % 3 == 0:
+            noise @ noise                                 # other work in flight shifts the arrival order
+        out = torch.full((M, N), float("nan"), device="cuda")
+        hkjit.gemm(a, b, out=out, split_k=split_k)
+        assert torch.equal(out, first), f"call {i} differs from the first: split-K order depends on timing"

@@ -1,6 +1,7 @@
 """Host cost of one call: every op's repeat path (native, and the Python fallback), beside a raw
 cuLaunchKernel with pre-packed arguments (through cuda-bindings, and through ctypes as hkjit's
-Python path launches), a CuPy RawKernel, a Triton kernel and each op's torch eager function, all in
+Python path launches), a CuPy RawKernel, a Triton kernel, an apache-tvm-ffi function that launches
+(when tvm_ffi is installed) and each op's torch eager function, all in
 this process on tiny inputs; then warm start (fresh processes on a populated cache).
 
     python -m hkjit.bench.jit_overhead [--json FILE] [--ops gemm,rms_norm]
@@ -143,6 +144,43 @@ def triton_kernel():
         tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
     x = torch.empty(16, device="cuda")
     return lambda: empty[(1,)](x, x, 16, BLOCK=16)
+
+
+def tvm_ffi_kernel():
+    """The empty kernel launched through an apache-tvm-ffi function (tvm_ffi_launch.cc, built here
+    with the host C++ compiler): tensors in through tvm-ffi's DLPack conversion, the stream from
+    its environment, then cuLaunchKernel, as CuTe DSL and TileLang launch."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+    import torch
+    import tvm_ffi
+    import tvm_ffi.libinfo as info
+    from ..runtime import cuda
+    lib = info.find_libtvm_ffi()
+    folder = tempfile.mkdtemp(prefix="hkjit-bench-tvmffi-")
+    try:
+        so = os.path.join(folder, "tvm_ffi_launch.so")
+        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+        cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC",
+               *(f"-I{d}" for d in [*info.include_paths(), info.find_dlpack_include_path()]),
+               str(Path(__file__).with_name("tvm_ffi_launch.cc")), lib, f"-Wl,-rpath,{os.path.dirname(lib)}", "-o", so]
+        built = subprocess.run(cmd, capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError(f"building the tvm-ffi peer failed: {built.stderr[-300:]}")
+        mod = tvm_ffi.load_module(so)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)      # the loaded library stays mapped
+    dev = cuda.CudaDevice(0)
+    kernel = dev.load(_empty_cubin(), "empty_kernel")
+    mod.bind(ctypes.cast(cuda._lib.cuLaunchKernel, ctypes.c_void_p).value, kernel.function)
+    x = torch.empty(16, device="cuda")
+    fn = mod.empty
+
+    def call():
+        fn(x, x, 16)
+    call.keep_alive = (mod, kernel)
+    return call
 
 
 # --- every op on tiny inputs ------------------------------------------------------------------------
@@ -352,7 +390,8 @@ def hot_path_rows(log=print) -> dict:
     rows = {}
     for name, make in (("raw cuLaunchKernel, cuda-bindings (pre-packed)", raw_launch),
                        ("raw cuLaunchKernel, ctypes (pre-packed)", raw_launch_ctypes),
-                       ("CuPy RawKernel", cupy_raw), ("Triton JIT kernel", triton_kernel)):
+                       ("CuPy RawKernel", cupy_raw), ("Triton JIT kernel", triton_kernel),
+                       ("apache-tvm-ffi function -> cuLaunchKernel", tvm_ffi_kernel)):
         try:
             rows[name] = _per_call_us(make())
         except Exception as e:  # noqa: BLE001
@@ -369,6 +408,45 @@ def hot_path_rows(log=print) -> dict:
     return rows
 
 
+def head_to_head_rows(rounds=7, log=print) -> dict:
+    """The paths the dispatch goal compares, measured in alternation, `rounds` times each, medians
+    reported: the driver's floor (C loop), raw cuLaunchKernel through cuda-bindings, the tvm-ffi
+    peer, hkjit.gemm 16x16x16 natively with out= and allocating, and torch.empty of the same
+    output alone (what allocating adds at least). Alternating keeps the host's drift (clocks,
+    neighbours) out of the ratios; a single pass in a fixed order measured the first path up to
+    1.4x slower than the same path timed a minute later."""
+    import torch
+    import hkjit
+    from .. import launch
+    a, b, c = (torch.randn(16, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    launch.use_native(True)
+    paths = {"raw cuLaunchKernel, cuda-bindings (pre-packed)": raw_launch()}
+    try:
+        paths["apache-tvm-ffi function -> cuLaunchKernel"] = tvm_ffi_kernel()
+    except Exception as e:  # noqa: BLE001  (tvm_ffi not installed, or no C++ compiler)
+        log(f"  (tvm-ffi peer unavailable: {type(e).__name__}: {e})"[:160])
+    paths["hkjit.gemm(a, b, out=c), native"] = lambda: hkjit.gemm(a, b, out=c)
+    paths["hkjit.gemm(a, b), native, allocating"] = lambda: hkjit.gemm(a, b)
+    paths["torch.empty(16, 16) alone"] = lambda: torch.empty(16, 16, device="cuda", dtype=torch.bfloat16)
+    samples = {name: [] for name in ["raw cuLaunchKernel from a C loop (the driver's floor)", *paths]}
+    for _ in range(rounds):
+        try:
+            samples["raw cuLaunchKernel from a C loop (the driver's floor)"].append(raw_launch_c_us(bursts=10))
+        except Exception:  # noqa: BLE001  (no C compiler: the row stays empty)
+            pass
+        for name, fn in paths.items():
+            samples[name].append(_per_call_us(fn, bursts=10))
+    rows = {name: statistics.median(v) for name, v in samples.items() if v}
+    rows["spread"] = {name: (min(v), max(v)) for name, v in samples.items() if v}
+    raw = rows["raw cuLaunchKernel, cuda-bindings (pre-packed)"]
+    log(f"Head to head, {rounds} alternating rounds, median µs per call ({torch.cuda.get_device_name()}):")
+    for name, us in rows.items():
+        if name != "spread":
+            lo, hi = rows["spread"][name]
+            log(f"  {name:52s} {us:6.2f} us  {us / raw:5.2f}x raw   (rounds {lo:.2f}..{hi:.2f})")
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--json")
@@ -381,6 +459,7 @@ def main(argv=None):
           f"result {warm['first_result_ms']:.1f} ms after it, of which importing the op's modules "
           f"{warm['op_modules_import_ms']:.1f} ms; imported on the way: {warm['imported']}; header closures "
           f"hashed: {warm['header_closures_hashed']}", flush=True)
+    duel = head_to_head_rows()
     peers = hot_path_rows()
     ops = op_rows(args.ops.split(",") if args.ops else None)
     allocs = alloc_rows()
@@ -391,7 +470,7 @@ def main(argv=None):
         print(f"  {label}: {us:.2f} us")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"peers_us": peers, "ops_us": ops, "native_alloc_us": allocs, "native_detail_us": detail,
+            json.dump({"head_to_head_us": duel, "peers_us": peers, "ops_us": ops, "native_alloc_us": allocs, "native_detail_us": detail,
                        "warm_import_ms": warm["import_ms"], "warm_first_result_ms": warm["first_result_ms"],
                        "warm_op_modules_import_ms": warm["op_modules_import_ms"], "warm_imported": warm["imported"],
                        "warm_header_closures_hashed": warm["header_closures_hashed"],

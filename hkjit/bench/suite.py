@@ -87,6 +87,12 @@ def markdown(results, plots=()) -> str:
     for name, bench in op_benchmarks().items():
         if results.get(name) and hasattr(bench, "markdown"):
             out += bench.markdown(results[name], [p for p in plots if Path(p).stem.startswith(name)])
+    duel = results.get("hot_path_head_to_head")
+    if duel:
+        out += ["", "## JIT: the dispatch goal's paths head to head (alternating rounds, median µs per call)", "",
+                "| path | µs per call | rounds min..max |", "|---|---|---|"]
+        out += [f"| {k} | {v:.2f} | {duel['spread'][k][0]:.2f}..{duel['spread'][k][1]:.2f} |"
+                for k, v in duel.items() if k != "spread"]
     if results.get("hot_path"):
         out += ["", "## JIT: host µs per call (tiny inputs, same process)", "", "| path | µs per call |", "|---|---|"]
         out += [f"| {k} | {v if isinstance(v, str) else f'{v:.2f}'} |" for k, v in results["hot_path"].items()]
@@ -175,6 +181,7 @@ def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=No
                 results[name] = bench.run(quick=quick, log=_log)
         from . import jit_overhead
         _log("\nJIT hot path:")
+        results["hot_path_head_to_head"] = jit_overhead.head_to_head_rows(log=_log)
         results["hot_path"] = jit_overhead.hot_path_rows(log=_log)
         results["hot_path_ops"] = jit_overhead.op_rows(log=_log)
         imp, first, heavy = jit_overhead.warm_start()
