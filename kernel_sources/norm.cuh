@@ -20,8 +20,10 @@
 //
 // Template parameters: T (hk::bf16, hk::half, float: x, residual, weight, bias, outputs), LAYER
 // (false: RMS), RESIDUAL, DROPOUT (needs RESIDUAL), WEIGHT, BIAS (LAYER only), then the row-tile
-// schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS, MIN_BLOCKS (same meaning and
-// limits).
+// schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS, MIN_BLOCKS, EXACT (same meaning
+// and limits; EXACT: cols == COLS, rows tested only, weight and bias read once per thread and kept
+// as fp32 in registers, one column block without Chan's combination or the padding mask; the same
+// bits as EXACT = false).
 //
 // args, in this order (C layout offsets in the ctypes mirror, hkjit/ops/norms.py):
 //   const T* x; const T* residual; const T* weight; const T* bias; T* y; T* residual_out;
@@ -33,7 +35,7 @@
 #include "hk/hk.hpp"
 
 template <class T, bool LAYER, bool RESIDUAL, bool DROPOUT, bool WEIGHT, bool BIAS, int VEC, int THREADS,
-          int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
+          int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1, bool EXACT = false>
 struct fused_norm {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -87,20 +89,28 @@ struct fused_norm {
     return fmix((key + (hk::u32)col) * 0x9E3779B9u) >= thr;
   }
 
+  // The inputs of one column block, as stored: x and (RESIDUAL) the residual. FULL: columns
+  // c0 .. c0 + COLS - 1 lie inside the row (EXACT).
+  struct inputs {
+    tile x, res;
+  };
+  template <bool FULL = false>
+  HK_INLINE static void load_block(inputs& in, const args& a, int r0, int c0) {
+    hk::load<FULL>(in.x, hk::make_gl(const_cast<T*>(a.x), a.rows, a.cols, a.x_stride, 1), r0, c0);
+    if constexpr (RESIDUAL)
+      hk::load<FULL>(in.res, hk::make_gl(const_cast<T*>(a.residual), a.rows, a.cols, a.r_stride, 1), r0, c0);
+  }
+
   // s for one column block: x (+ dropout) (+ residual), rounded to T, as fp32; stored to
   // residual_out when RESIDUAL.
-  HK_INLINE static void sum_block(ftile& s, const args& a, int r0, int c0) {
-    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.cols, a.x_stride, 1);
-    tile x;
-    hk::load(x, gx, r0, c0);
+  template <bool FULL = false>
+  HK_INLINE static void sum_block(ftile& s, inputs& in, const args& a, int r0, int c0) {
+    tile& x = in.x;
     hk::convert(s, x);
     if constexpr (RESIDUAL) {
-      const auto gr = hk::make_gl(const_cast<T*>(a.residual), a.rows, a.cols, a.r_stride, 1);
       const auto gro = hk::make_gl(a.residual_out, a.rows, a.cols, a.ro_stride, 1);
-      tile res;
-      hk::load(res, gr, r0, c0);
       ftile rf;
-      hk::convert(rf, res);
+      hk::convert(rf, in.res);
       const hk::u32 thr = DROPOUT ? threshold(a) : 0u;
       if (DROPOUT && (thr != 0u || a.keep_scale != 1.0f)) {   // p = 0 keeps x as it is: no hashes
         hk::u32 key[ROWS];
@@ -118,11 +128,75 @@ struct fused_norm {
       tile st;
       hk::convert(st, s);                       // the sum as stored: what is normalised
       hk::convert(s, st);
-      hk::store(gro, st, r0, c0);
+      hk::store<FULL>(gro, st, r0, c0);
+    }
+  }
+
+  // cols == COLS (EXACT): run_general's operations for one column block, in the same order (the
+  // first block of Chan's combination reduces to mean = bmean * w1, m2 = part), without the
+  // padding mask (there is none), the weight and bias from registers.
+  HK_INLINE static void exact_rows(const args& a, inputs& in, const hk::col_vec<tile>& w,
+                                   const hk::col_vec<tile>& bias, int r0) {
+    const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_stride, 1);
+    const float nb = (float)COLS;
+    const float rcp_n = hk::fast_rcp(nb);          // as run_general: exact for powers of two
+    ftile s;
+    sum_block<true>(s, in, a, r0, 0);
+    rvec mean, m2;
+    if constexpr (LAYER) {
+      const float w1 = nb * hk::fast_rcp(0.0f + nb);   // Chan's weight of the first block (1 to an ULP)
+      rvec bmean;
+      hk::row_sum(bmean, s);
+      hk::mul(bmean, bmean, rcp_n);
+      ftile dev;
+      hk::sub_row(dev, s, bmean);
+      hk::mul(dev, dev, dev);
+      hk::row_sum(m2, dev);                         // 0 + part + delta^2 * 0 * w1 = part
+      hk::mul(mean, bmean, w1);                     // 0 + delta * w1 (the 0 + keeps a -0 the same)
+      hk::add(mean, mean, 0.0f);
+    } else {
+      ftile sq;
+      hk::mul(sq, s, s);
+      hk::row_sum(m2, sq);
+    }
+    rvec rstd;
+    hk::mul(rstd, m2, rcp_n);
+    hk::add(rstd, rstd, a.eps);
+    hk::rsqrt(rstd, rstd);
+    if constexpr (LAYER) hk::sub_row(s, s, mean);
+    hk::mul_row(s, s, rstd);
+    if constexpr (WEIGHT) hk::mul_col(s, s, w);
+    if constexpr (BIAS) hk::add_col(s, s, bias);
+    hk::store<true>(gy, s, r0, 0);
+  }
+
+  // The first row block's inputs are loaded before the weight and bias, so that all are in
+  // flight together (their fp32 conversion, hoisted out of the row loop, would otherwise wait
+  // for them before x is asked for).
+  __device__ static void run_exact(const args& a) {
+    const int row_blocks = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    int b = hk::block_x();
+    if (b >= row_blocks) return;
+    int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+    inputs in;
+    load_block<true>(in, a, r0, 0);
+    hk::col_vec<tile> w, bias;
+    if constexpr (WEIGHT) hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
+    if constexpr (BIAS) hk::load<true>(bias, hk::make_gl(const_cast<T*>(a.bias), 1, COLS, COLS, 1), 0, 0);
+    exact_rows(a, in, w, bias, r0);
+    for (b += hk::grid_x(); b < row_blocks; b += hk::grid_x()) {   // a persistent grid's next row blocks
+      r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+      load_block<true>(in, a, r0, 0);
+      exact_rows(a, in, w, bias, r0);
     }
   }
 
   __device__ static void run(const args& a) {
+    if constexpr (EXACT) run_exact(a);
+    else run_general(a);
+  }
+
+  __device__ static void run_general(const args& a) {
     const auto gy = hk::make_gl(a.y, a.rows, a.cols, a.y_stride, 1);
     const auto gw = hk::make_gl(const_cast<T*>(a.weight), 1, a.cols, a.cols, 1);
     const auto gb = hk::make_gl(const_cast<T*>(a.bias), 1, a.cols, a.cols, 1);
@@ -138,7 +212,9 @@ struct fused_norm {
       hk::zero(m2);
       float n = 0.0f;
       for (int c0 = hk::opaque(0); c0 < a.cols; c0 += COLS) {
-        sum_block(s, a, r0, c0);
+        inputs in;
+        load_block(in, a, r0, c0);
+        sum_block(s, in, a, r0, c0);
         const float nb = (float)(a.cols - c0 < COLS ? a.cols - c0 : COLS);
         if constexpr (LAYER) {
           rvec bmean;

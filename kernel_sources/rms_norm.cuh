@@ -34,6 +34,12 @@
 //                (so fp32 rows longer than 32768 are read twice there).
 //   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (__launch_bounds__(THREADS, MIN_BLOCKS)):
 //                a register cap; ignored on AMD. Default 1 (no cap beyond THREADS).
+//   EXACT        the caller guarantees hidden == COLS (every row is exactly one tile). The loads
+//                and stores then test rows only, the row is read once, and the weight (the
+//                same for every row) is read once per thread before the row loop and kept as
+//                fp32 in registers (COLS / ROW_THREADS of them): with short rows the per-row work
+//                is the load, the sum, the scale and the store. Same results as EXACT = false,
+//                bit for bit. Default false.
 //
 // Schedules (choose by hidden so that hidden <= COLS; 16-byte accesses):
 //   short rows, many rows   ROW_THREADS < warp, ROWS 2..4, CHUNKS 1   <hk::bf16, 8, 256, 16, 2, 1>    (128)
@@ -66,7 +72,8 @@
 #pragma once
 #include "hk/hk.hpp"
 
-template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
+template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1,
+          bool EXACT = false>
 struct rms_norm {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -92,7 +99,50 @@ struct rms_norm {
   static_assert(THREADS % ROW_THREADS == 0, "ROW_THREADS must divide THREADS");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
 
+  // hidden == COLS: one load, one store, the weight from registers (see EXACT above). The same
+  // operations in the same order as run_general, so the same bits. The first row block's x is
+  // loaded before the weight, so that the two loads are in flight together (the weight's fp32
+  // conversion, hoisted out of the row loop, would otherwise wait for it before x is asked for).
+  HK_INLINE static void exact_rows(const args& a, const tile& x, const hk::col_vec<tile>& w, int r0) {
+    constexpr float inv_hidden = 1.0f / (float)COLS;   // = the run-time 1.0f / hidden, rounded once
+    const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_row_stride, 1);
+    ftile f, sq;
+    hk::convert(f, x);
+    hk::mul(sq, f, f);
+    hk::row_vec<tile> ss;
+    hk::row_sum(ss, sq);                            // run_general's 0 + part: the same (part >= +0)
+    hk::mul(ss, ss, inv_hidden);
+    hk::add(ss, ss, a.eps);
+    hk::rsqrt(ss, ss);
+    hk::mul_row(f, f, ss);
+    hk::mul_col(f, f, w);
+    hk::store<true>(gy, f, r0, 0);
+  }
+
+  __device__ static void run_exact(const args& a) {
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, COLS, a.x_row_stride, 1);
+    const int row_blocks = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    int b = hk::block_x();
+    if (b >= row_blocks) return;
+    int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+    tile x;
+    hk::load<true>(x, gx, r0, 0);
+    hk::col_vec<tile> w;
+    hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
+    exact_rows(a, x, w, r0);
+    for (b += hk::grid_x(); b < row_blocks; b += hk::grid_x()) {   // a persistent grid's next row blocks
+      r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+      hk::load<true>(x, gx, r0, 0);
+      exact_rows(a, x, w, r0);
+    }
+  }
+
   __device__ static void run(const args& a) {
+    if constexpr (EXACT) run_exact(a);
+    else run_general(a);
+  }
+
+  __device__ static void run_general(const args& a) {
     const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.hidden, a.x_row_stride, 1);
     const auto gw = hk::make_gl(const_cast<T*>(a.weight), 1, a.hidden, a.hidden, 1);
     const auto gy = hk::make_gl(a.y, a.rows, a.hidden, a.y_row_stride, 1);

@@ -25,6 +25,9 @@
 //   ROW_THREADS  threads per row (a power of two up to the warp, dividing THREADS).
 //   CHUNKS       VEC-element chunks per thread per step of a row's rotated half (interleaved: of
 //                the rotated columns): COLS = ROW_THREADS * VEC * CHUNKS columns a step.
+//   EXACT        the caller guarantees ROT == D and HALF == COLS (interleaved: ROT == COLS): a row
+//                is one step, so the loads and stores test the row only (no column loop, no
+//                column tests, no tail copy). Same results as EXACT = false. Default false.
 //
 // args, fields in this order:
 //   tensor t[2]          the tensors; t[1] has rows = 0 when there is one. Each:
@@ -48,7 +51,8 @@
 #pragma once
 #include "hk/hk.hpp"
 
-template <class T, class TC, class TP, bool INTERLEAVED, int VEC, int THREADS, int ROW_THREADS, int CHUNKS>
+template <class T, class TC, class TP, bool INTERLEAVED, int VEC, int THREADS, int ROW_THREADS, int CHUNKS,
+          bool EXACT = false>
 struct rope {
   static constexpr int threads = THREADS;
   static constexpr int dynamic_smem = 0;
@@ -106,12 +110,12 @@ struct rope {
       const float nan_if_bad = p_ok ? 0.0f : __builtin_bit_cast(float, 0x7FC00000u);   // a quiet NaN
       const int rot = 2 * a.half;
       if constexpr (INTERLEAVED) {
-        for (int c0 = hk::opaque(0); c0 < rot; c0 += COLS) {
+        for (int c0 = hk::opaque(0); EXACT ? c0 == 0 : c0 < rot; c0 += COLS) {   // EXACT: one step
           xtile xt;
           ctile ct, st;
-          hk::load(xt, gx, 0, c0);
-          hk::load(ct, gc, 0, c0 / 2);
-          hk::load(st, gs, 0, c0 / 2);
+          hk::load<EXACT>(xt, gx, 0, c0);
+          hk::load<EXACT>(ct, gc, 0, c0 / 2);
+          hk::load<EXACT>(st, gs, 0, c0 / 2);
           fx f, o;
           fc cf, sf;
           hk::convert(f, xt);
@@ -123,8 +127,8 @@ struct rope {
             o.set(i, f.get(i) * c - f.get(i + 1) * s);
             o.set(i + 1, f.get(i + 1) * c + f.get(i) * s);
           }
-          if (c0 + COLS <= rot) {
-            hk::store(gy, o, 0, c0);
+          if (EXACT || c0 + COLS <= rot) {
+            hk::store<EXACT>(gy, o, 0, c0);
           } else {   // the last step may reach past ROT into the copied columns: store only < ROT
             const auto gyr = hk::make_gl(gy.ptr, ok ? 1 : 0, rot, a.d, 1);
             hk::store(gyr, o, 0, c0);
@@ -135,13 +139,13 @@ struct rope {
         const auto gx1 = hk::make_gl(gx.ptr, ok ? 1 : 0, a.half, a.d, 1);
         const auto gy1 = hk::make_gl(gy.ptr, ok ? 1 : 0, a.half, a.d, 1);
         const auto gy2 = hk::make_gl(gy.ptr + a.half, ok ? 1 : 0, a.half, a.d, 1);
-        for (int c0 = hk::opaque(0); c0 < a.half; c0 += COLS) {
+        for (int c0 = hk::opaque(0); EXACT ? c0 == 0 : c0 < a.half; c0 += COLS) {   // EXACT: one step
           xtile x1, x2;
           ctile ct, st;
-          hk::load(x1, gx1, 0, c0);
-          hk::load(x2, gx2, 0, c0);
-          hk::load(ct, gc, 0, c0);
-          hk::load(st, gs, 0, c0);
+          hk::load<EXACT>(x1, gx1, 0, c0);
+          hk::load<EXACT>(x2, gx2, 0, c0);
+          hk::load<EXACT>(ct, gc, 0, c0);
+          hk::load<EXACT>(st, gs, 0, c0);
           fx f1, f2, o;
           fc cf, sf;
           hk::convert(f1, x1);
@@ -150,12 +154,12 @@ struct rope {
           hk::convert(sf, st);
           hk::add(cf, cf, nan_if_bad);
           rotate(o, f1, f2, cf, sf, -1.0f);
-          hk::store(gy1, o, 0, c0);
+          hk::store<EXACT>(gy1, o, 0, c0);
           rotate(o, f2, f1, cf, sf, 1.0f);
-          hk::store(gy2, o, 0, c0);
+          hk::store<EXACT>(gy2, o, 0, c0);
         }
       }
-      if (t.y != t.x) {   // the columns past the rotation, copied as they are
+      if (!EXACT && t.y != t.x) {   // the columns past the rotation, copied as they are
         const auto gxt = hk::make_gl(gx.ptr + rot, ok ? 1 : 0, a.d - rot, a.d, 1);
         const auto gyt = hk::make_gl(gy.ptr + rot, ok ? 1 : 0, a.d - rot, a.d, 1);
         for (int c0 = hk::opaque(0); c0 < a.d - rot; c0 += COLS) {

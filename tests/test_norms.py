@@ -86,6 +86,30 @@ def test_simulated_in_place(cache_dir, arch):
 
 
 @needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_simulated_exact_rows_match_the_general_path(cache_dir, arch):
+    """exact=1 (cols == the tile's columns: rows tested only, weight and bias kept in registers,
+    the default on sm_90a for short rows) gives the general path's bits for every fused norm, with
+    and without weight and bias, dropout on, ragged row counts, a persistent grid."""
+    dev = f"sim:{arch}"
+    rows, hidden, dtype = 37, 128, "bfloat16"
+    x, r = rand((rows, hidden), dtype, mean=50.0), rand((rows, hidden), dtype)
+    w, b = (rng.random(hidden) + 0.5).astype(NP[dtype]), rand((hidden,), dtype)
+    for tiles in ({}, dict(row_threads=16, chunks=1, blocks=2)):
+        runs = {}
+        for exact in (0, 1):
+            kw = dict(device=dev, exact=exact, **tiles)
+            out = np.full((rows, hidden), np.nan, NP[dtype])
+            hkjit.layer_norm(x, w, b, 1e-5, out=out, **kw)
+            runs[exact] = [out, hkjit.layer_norm(x, None, None, 1e-5, **kw),
+                           *hkjit.add_rms_norm(x, r, w, 1e-6, **kw),
+                           *hkjit.dropout_add_layer_norm(x, r, w, b, 0.2, 1e-5, seed=5, **kw)]
+        for general, exact in zip(runs[0], runs[1]):
+            assert np.array_equal(general, exact)
+        assert rel_err(runs[1][0], layer_norm_ref(x, w, b, 1e-5)) < TOL[dtype]
+
+
+@needs_clang
 def test_dropout_mask_depends_on_seed_and_index_only(cache_dir):
     shape, p = (6, 700), 0.3
     x, r = rand(shape, "float32"), rand(shape, "float32")
@@ -191,7 +215,8 @@ def test_nvrtc_static(op, rows, hidden, dtype):
 
 # --- on the GPU --------------------------------------------------------------------------------
 GPU_CASES = [((1, 1), "float32"), ((3, 129), "bfloat16"), ((4097, 5000), "bfloat16"), ((2, 65536), "float16"),
-             ((3, 65536), "float32"), ((16384, 128), "bfloat16"), ((4, 3, 4096), "float16")]
+             ((3, 65536), "float32"), ((16384, 128), "bfloat16"), ((4, 3, 4096), "float16"),
+             ((131, 128), "bfloat16"), ((1001, 64), "float32")]     # exact rows (sm_90a default) from (16384, 128) on
 
 
 @pytest.mark.gpu
@@ -225,3 +250,15 @@ def test_gpu(shape, dtype):
     n = sd.numel()
     assert abs(kept - 0.75) * n < 5 * (n * 0.25 * 0.75) ** 0.5 + 1
     assert torch.equal(sd, hkjit.dropout_add_layer_norm(x, r, w, b, 0.25, 1e-5, seed=11)[1])
+    rows = x.numel() // shape[-1]
+    if hkjit.ops.get("layer_norm").plan("sm_90a", rows=rows, hidden=shape[-1], dtype=dtype).config["exact"]:
+        # The general path (on sm_90a NVRTC fuses the exact path's squared deviations into FMAs,
+        # which the general path's padding mask prevents: the last bit may differ), then a
+        # persistent grid of the exact path itself (the same bits).
+        assert err(hkjit.layer_norm(x, w, b, 1e-5, exact=0), out.double()) < tol
+        assert err(hkjit.dropout_add_layer_norm(x, r, w, b, 0.25, 1e-5, seed=11, exact=0)[0], yd.double()) < tol
+        assert torch.equal(hkjit.add_rms_norm(x, r, w, 1e-6, exact=0)[1], s)
+        assert err(hkjit.add_rms_norm(x, r, w, 1e-6, exact=0)[0], y.double()) < tol
+        assert torch.equal(hkjit.layer_norm(x, w, b, 1e-5, blocks=3), out)
+        assert torch.equal(hkjit.dropout_add_layer_norm(x, r, w, b, 0.25, 1e-5, seed=11, blocks=3)[0], yd)
+        assert torch.equal(hkjit.add_rms_norm(x, r, w, 1e-6, blocks=3)[0], y)

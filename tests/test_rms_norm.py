@@ -76,6 +76,37 @@ def test_simulated_strided_rows_in_place_and_allocated(cache_dir, arch):
     assert rel_err(y, ref) < TOL["bfloat16"]
 
 
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_simulated_exact_rows_match_the_general_path(cache_dir, arch):
+    """exact=1 (hidden == the tile's columns: rows tested only, the weight kept in registers, the
+    default on sm_90a for short rows) gives the general path's bits: ragged row counts, strided
+    rows, a persistent grid (the row loop after the peeled first row block), poisoned outputs."""
+    dev = f"sim:{arch}"
+    for (rows, hidden), dtype, tiles in (((37, 128), "bfloat16", {}),
+                                         ((70, 64), "float32", dict(row_threads=16, chunks=1, blocks=3))):
+        wide = inputs((rows, hidden + 24), dtype)[0]
+        x, w = wide[:, 8:8 + hidden], inputs((hidden,), dtype)[1]
+        got = {}
+        for exact in (0, 1):
+            out = np.full((rows, hidden), np.nan, NP[dtype])
+            hkjit.rms_norm(x, w, 1e-5, out=out, device=dev, exact=exact, **tiles)
+            got[exact] = out
+        assert np.array_equal(got[0], got[1], equal_nan=False)
+        assert rel_err(got[1], reference(x, w, 1e-5)) < TOL[dtype]
+
+
+def test_exact_needs_a_row_of_the_tile_s_columns():
+    with pytest.raises(InvalidArgumentError, match="exact=1; 0, or 1 when hidden \\(100\\)"):
+        hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=100, exact=1)
+    with pytest.raises(InvalidArgumentError, match="exact=2; 0 or 1"):
+        hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=128, exact=2)
+    op = hkjit.ops.get("rms_norm")
+    assert op.plan("sm_90a", rows=65536, hidden=128).config["exact"] == 1      # short rows: on
+    assert op.plan("sm_90a", rows=4096, hidden=4096).config["exact"] == 0      # long rows: the general path
+    assert op.plan("gfx942", rows=65536, hidden=128).config["exact"] == 0      # CDNA: not measured, off
+
+
 def test_bad_input_is_refused_before_compiling(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("bad input reached the compile stage")
@@ -131,7 +162,8 @@ def test_static_figures(cache_dir, target, hidden):
 
 # --- on the GPU --------------------------------------------------------------------------------
 GPU_CASES = [((1, 1), "float32"), ((3, 129), "bfloat16"), ((4097, 5000), "bfloat16"), ((2, 65536), "float16"),
-             ((16, 8192), "float32"), ((3, 5, 1024), "float16"), ((65, 4096), "bfloat16")]
+             ((16, 8192), "float32"), ((3, 5, 1024), "float16"), ((65, 4096), "bfloat16"),
+             ((4099, 128), "bfloat16"), ((129, 64), "float32")]     # the last two: exact rows (sm_90a default)
 
 
 @pytest.mark.gpu
@@ -149,6 +181,11 @@ def test_gpu(shape, dtype):
     assert ((out.float() - ref).norm() / ref.norm()).item() < TOL[dtype]
     again = hkjit.rms_norm(x, w, 1e-5)          # allocating, through the repeat path
     assert torch.equal(again, out)
+    if hkjit.ops.get("rms_norm").plan("sm_90a", rows=x.numel() // shape[-1], hidden=shape[-1],
+                                      dtype=dtype).config["exact"]:
+        general = hkjit.rms_norm(x, w, 1e-5, exact=0)                            # the general path
+        assert ((general.float() - out.float()).norm() / out.float().norm()).item() < TOL[dtype]
+        assert torch.equal(hkjit.rms_norm(x, w, 1e-5, blocks=7), out)           # a persistent grid: same bits
 
 
 @pytest.mark.gpu

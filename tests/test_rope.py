@@ -119,6 +119,28 @@ def test_simulated_rope_qk_gqa(cache_dir, arch, interleaved):
     assert rel_err(ko, reference(k, cos, sin, interleaved, "bnhd")) < TOL["bfloat16"]
 
 
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_simulated_exact_rows_match_the_general_path(cache_dir, arch, interleaved):
+    """exact=1 (rot == d and a row one step: no column loop or tests; the sm_90a default) gives
+    the general path's bits: ragged rows, positions, rope_qk's two tensors, a persistent grid."""
+    dev = f"sim:{arch}"
+    q, k = make_x(2, 3, 5, 64, "bhnd", "bfloat16"), make_x(2, 1, 5, 64, "bhnd", "bfloat16")
+    cos, sin = tables(9, 32)
+    positions = rng.integers(0, 9, (2, 5)).astype(np.int32)
+    tiles = dict(row_threads=8, chunks=1) if interleaved else dict(row_threads=8, chunks=1, vec=4)
+    runs = [hkjit.rope_qk(q, k, cos, sin, positions=positions, interleaved=interleaved, device=dev, exact=e,
+                          **tiles) for e in (0, 1)]
+    runs.append(hkjit.rope_qk(q, k, cos, sin, positions=positions, interleaved=interleaved, device=dev, exact=1,
+                              blocks=2, **tiles))
+    for other in runs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(runs[0], other))
+    assert rel_err(runs[1][0], reference(q, cos, sin, interleaved, "bhnd", positions)) < TOL["bfloat16"]
+    with pytest.raises(InvalidArgumentError, match="exact=1 needs rot == d"):
+        hkjit.build("rope", target="sm_90a", rows=4, d=128, rot=64, exact=1)
+
+
 def test_bad_input_is_refused_before_compiling(cache_dir):
     x = make_x(1, 2, 3, 16, "bhnd", "float32")
     cos, sin = tables(3, 8)
@@ -244,3 +266,8 @@ def test_gpu(case, dtype, layout, interleaved):
     y = x.clone()
     hkjit.rope(y, cos, sin, interleaved=interleaved, layout=layout, out=y)      # in place
     assert torch.equal(y, out)
+    op = hkjit.ops.get("rope")
+    if op.plan("sm_90a", rows=batch * heads * seq, d=d, rot=2 * half, dtype=dtype,
+               interleaved=interleaved).config["exact"]:
+        general = hkjit.rope(x, cos, sin, interleaved=interleaved, layout=layout, exact=0)
+        assert ((general.double() - out.double()).norm() / out.double().norm()).item() < TOL[dtype]

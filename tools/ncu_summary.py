@@ -9,6 +9,7 @@ WANT = OrderedDict([
     ("Grid Size", "grid"), ("Issued Warp Per Scheduler", "issue/sched"), ("No Eligible", "noelig%"),
     ("Issue Slots Busy", "slots%"), ("Eligible Warps Per Scheduler", "elig"),
     ("Warp Cycles Per Issued Instruction", "cyc/inst"), ("Executed Ipc Active", "ipc"),
+    ("Executed Instructions", "inst"),
 ])
 
 

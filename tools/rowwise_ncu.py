@@ -23,11 +23,13 @@ CASES = [("gelu", dict(rows=16384, cols=4096, dtype="bfloat16"), ("eager",)),
          ("layer_norm", dict(rows=16384, hidden=8192, dtype="bfloat16"), ("compile",)),
          ("rms_norm", dict(rows=65536, hidden=128, dtype="bfloat16"), ("compile",)),
          ("dropout_add_layer_norm", dict(rows=65536, hidden=128, dtype="bfloat16"), ("compile",)),
-         ("add_rms_norm", dict(rows=65536, hidden=128, dtype="bfloat16"), ("compile",))]
+         ("add_rms_norm", dict(rows=65536, hidden=128, dtype="bfloat16"), ("compile",)),
+         ("add_rms_norm", dict(rows=128, hidden=128, dtype="bfloat16"), ("compile",)),
+         ("rope", dict(b=4, heads=32, n=1024, d=128, layout="bhnd", dtype="bfloat16"), ("compile",))]
 if len(sys.argv) > 1:
     def _names(c):
-        width = c[1].get("hidden") or c[1].get("cols") or c[1].get("x_cols")
-        return {c[0], f"{c[0]}:{width}:{c[1]['rows']}"}
+        width = c[1].get("hidden") or c[1].get("cols") or c[1].get("x_cols") or c[1].get("d")
+        return {c[0], f"{c[0]}:{width}:{c[1].get('rows', c[1].get('n'))}"}
     CASES = [c for c in CASES if _names(c) & set(sys.argv[1:])]
 
 

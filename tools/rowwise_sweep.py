@@ -7,6 +7,7 @@ rowwise_sweep.json into $SWEEP_OUT (default: the current folder).
 
     PYTHONPATH=. python3 tools/rowwise_sweep.py [op ...]        # on the GPU machine
     DRY=1 PYTHONPATH=. python3 tools/rowwise_sweep.py [op ...]  # no GPU: build all, print registers
+    SWEEP_SET=exact ...                                         # only the 128-column norms and rope
 
 docs/notes/activations_softmax.md and docs/notes/norms.md record what it found on an H100.
 """
@@ -54,7 +55,23 @@ ROPE_V = [{}, dict(threads=64), dict(threads=256), dict(threads=512), dict(row_t
           dict(row_threads=4, chunks=2, threads=256), dict(row_threads=16, chunks=1), dict(threads=128, blocks=132 * 16)]
 
 
+# Rows of exactly the tile's columns (the `exact` path, the sm_90a default for short rows; session 5).
+NORM128_X = [{}, dict(exact=0), T(128, 16, 1, 1), T(128, 16, 2, 1), T(64, 16, 1, 1), T(256, 16, 1, 1),
+             T(128, 8, 1, 2), T(128, 8, 2, 2), T(64, 8, 1, 2), T(256, 8, 1, 2), T(128, 16, 1, 1, 16),
+             T(128, 8, 1, 2, 16), T(128, 16, 1, 1, blocks=132 * 8), T(128, 8, 1, 2, blocks=132 * 8),
+             T(256, 16, 2, 1, blocks=132 * 4)]
+ROPE_X = [{}, dict(exact=0), dict(vec=8), dict(vec=8, threads=256), dict(vec=8, row_threads=4, chunks=2),
+          dict(vec=8, threads=64), dict(threads=256), dict(threads=64), dict(blocks=132 * 16),
+          dict(vec=8, blocks=132 * 16)]
+
+
 def cases():
+    if os.environ.get("SWEEP_SET") == "exact":     # session 5: the exact path at 128 columns, rope
+        out = [(op, dict(rows=r, hidden=128, dtype="bfloat16"), NORM128_X)
+               for op in ("rms_norm", "add_rms_norm", "layer_norm", "dropout_add_layer_norm")
+               for r in (128, 4096, 16384, 65536)]
+        return out + [("rope", dict(b=4, heads=32, n=1024, d=128, layout=lay, dtype="bfloat16"), ROPE_X)
+                      for lay in ("bhnd", "bnhd")]
     out = []
     for op in ("silu", "gelu", "gelu_tanh", "relu", "tanh"):
         for c in (4096, 8192):
@@ -222,7 +239,8 @@ def main():
 def _short(t):
     if not t:
         return "default"
-    ab = dict(threads="t", row_threads="rt", group_rows="gr", chunks="ch", min_blocks="mb", blocks="b")
+    ab = dict(threads="t", row_threads="rt", group_rows="gr", chunks="ch", min_blocks="mb", blocks="b", exact="x",
+              vec="v")
     return ",".join(f"{ab.get(k, k)}{v}" for k, v in t.items())
 
 

@@ -68,8 +68,10 @@ class NormOp(Op):
         bias = p.get("bias", False)
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "
-                       f"{cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
+                       f"{cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}, "
+                       f"{str(bool(cfg['exact'])).lower()}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks",
+                                      "exact")}
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_norm",
                                        spec_mod.make_params({**params, "weight": p["weight"], "bias": bias}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))

@@ -14,6 +14,8 @@ dtype, the vector width (from the arrays' alignment) and the schedule, which fol
     of the benchmark; `blocks=` still asks for one, the kernel strides over row blocks).
     min_blocks (tile keyword): blocks an sm_90a SM must hold at once, a register cap; 1 for
     rms_norm, 1024 / threads for the fused norms.
+    exact (tile keyword): hidden is exactly the tile's columns; the kernel then tests rows only
+    and keeps the weight in registers (default on sm_90a for short rows).
 
 Run-time: the number of rows, the row length, the row strides, eps. Rows may be strided
 (elements contiguous within a row; leading dimensions must collapse to one row stride).
@@ -31,7 +33,7 @@ from ._rowwise import alignment, cdiv, check_ints, pow2_at_least, rows_of
 
 SOURCE = "rms_norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
-TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks", "min_blocks")
+TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks", "min_blocks", "exact")
 MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 MAX_HIDDEN = 65536
 CHUNKS_TARGET = 4                   # vector pieces per thread and row: bytes in flight
@@ -53,7 +55,10 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     arrays read per element (2 with a residual): on sm_90a the vector loads a thread has in
     flight count them all; `sm_threads`: on sm_90a the threads an SM must hold at once, which
     caps registers through min_blocks = sm_threads // threads)."""
-    check_ints(op, tiles, TILES)
+    exact_override = tiles.get("exact")
+    if exact_override is not None and (isinstance(exact_override, bool) or exact_override not in (0, 1)):
+        raise InvalidArgumentError(f"{op}: exact={exact_override!r}; 0 or 1")
+    check_ints(op, {k: v for k, v in tiles.items() if k != "exact"}, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
     max_vec = max(1, min(16, p["align"]) // itemsize)
@@ -68,6 +73,13 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     per_thread = 2 if short else CHUNKS_TARGET
     if target.is_nvidia:                # loads in flight per thread, every input counted (H100 sweep)
         per_thread = max(1, per_thread // inputs)
+    # Few short rows on sm_90a (fewer 128-thread row blocks than SMs: a launch-bound single wave):
+    # one piece a thread in 64-thread blocks (H100 sweep at 128 rows of 128: 4.5-4.9 µs against
+    # 4.7-5.3 for the 128-thread schedule; docs/notes/norms.md).
+    few = target.is_nvidia and short and cdiv(p["rows"] * pow2_at_least(cdiv(chunks_needed, per_thread)),
+                                                 128) < target.compute_units
+    if few:
+        per_thread = 1
     row_threads = tiles.get("row_threads", min(1024, pow2_at_least(cdiv(chunks_needed, per_thread))))
     if row_threads > warp and row_threads % warp:
         raise InvalidArgumentError(f"{op}: row_threads={row_threads}; a power of two up to {warp} or a "
@@ -83,7 +95,8 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     rows = tiles.get("group_rows", 1)
     # Short rows: 128-thread blocks on sm_90a (H100 sweep: equal or faster than 256 at 4K-64K rows
     # of 128), 256 on CDNA.
-    threads = tiles.get("threads", (128 if target.is_nvidia else 256) if row_threads < warp else max(128, row_threads))
+    threads = tiles.get("threads", (64 if few else 128 if target.is_nvidia else 256) if row_threads < warp
+                        else max(128, row_threads))
     if threads % 64 or threads > target.max_threads or threads % row_threads:
         raise InvalidArgumentError(f"{op}: threads={threads}; a multiple of 64 (whole AMD waves, whole "
                                    f"NVIDIA warps), at most {target.max_threads}, a multiple of "
@@ -98,8 +111,18 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     if min_blocks * threads > MAX_SM_THREADS:
         raise InvalidArgumentError(f"{op}: min_blocks={min_blocks} blocks of {threads} threads; at most "
                                    f"{MAX_SM_THREADS} threads fit on an SM")
+    # exact: the row is exactly the tile's columns, so the kernel tests rows only and keeps the
+    # weight in registers across rows (kernel_sources/rms_norm.cuh, EXACT). Default on sm_90a for
+    # rows shorter than a warp's worth of pieces, where the per-row instructions, not the bytes,
+    # set the time (H100: docs/notes/rms_norm.md); CDNA keeps the general path (not measured).
+    fits = p["hidden"] == row_threads * vec * chunks
+    exact = int(fits and target.is_nvidia and row_threads <= warp) if exact_override is None else exact_override
+    if exact and not fits:
+        raise InvalidArgumentError(f"{op}: exact={exact}; 0, or 1 when hidden ({p['hidden']}) equals "
+                                   f"row_threads * vec * chunks ({row_threads * vec * chunks})")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=rows,
-                  chunks=chunks, blocks=blocks, rows_per_block=rows_per_block, min_blocks=min_blocks)
+                  chunks=chunks, blocks=blocks, rows_per_block=rows_per_block, min_blocks=min_blocks,
+                  exact=exact)
 
 
 class RmsNormOp(Op):
@@ -151,8 +174,9 @@ class RmsNormOp(Op):
         cfg = configure(target, p, tiles)
         ttype = DTYPES[cfg["dtype"]].cpp
         kernel_type = (f"rms_norm<{ttype}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
+                       f"{cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}, {str(bool(cfg['exact'])).lower()}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks",
+                                      "exact")}
         spec = spec_mod.Specialization("rms_norm", target, SOURCE, kernel_type, "hkjit_rms_norm",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
@@ -210,6 +234,7 @@ def rms_norm(x, weight, eps=1e-6, *, out=None, device=None, compiler=None, **til
 
     x: (..., hidden) bf16 / fp16 / fp32, rows contiguous (a row stride is allowed); weight:
     (hidden,) of x's dtype; hidden up to 65536. out: optional array of x's shape and dtype (may be
-    x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks.
+    x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks,
+    exact (1: hidden == row_threads * vec * chunks, rows tested only, weight kept in registers).
     """
     return launch.call(RMS_NORM, (x, weight, out), (eps,), (), device, compiler, tile_overrides)

@@ -25,7 +25,7 @@ from ._rowwise import alignment, cdiv, check_group, check_ints, pow2_at_least
 SOURCE = "rope.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
 POSITION_DTYPES = ("none", "int32", "int64")
-TILES = ("vec", "threads", "row_threads", "chunks", "blocks")
+TILES = ("vec", "threads", "row_threads", "chunks", "blocks", "exact")
 # Schedule per target. NVIDIA (H100 sweep over vec, row_threads, threads, chunks at (8, 32, 2048, 128)
 # bf16, both layouts): 128-thread blocks and rows of at least 8 threads with 2 pieces a thread were
 # best (92-96% of a same-size copy; 256-thread blocks 87-90%). CDNA: one piece a thread (2 spilled
@@ -33,6 +33,7 @@ TILES = ("vec", "threads", "row_threads", "chunks", "blocks")
 THREADS = {"nvidia": 128, "amd": 256}
 CHUNKS_MAX = {"nvidia": 2, "amd": 1}
 MIN_ROW_THREADS = {"nvidia": 8, "amd": 1}
+TABLE_BYTES = {"nvidia": 16, "amd": 16}   # cos/sin bytes per x chunk (32 allowed on sm_90a: two loads)
 LAYOUTS = {"bhnd": 2, "bnhd": 1}            # the dimension of x that is the position (sequence)
 
 
@@ -53,19 +54,24 @@ class Args(ctypes.Structure):
 
 
 def configure(name, target, p, tiles) -> Config:
-    check_ints(name, tiles, TILES)
+    exact_override = tiles.get("exact")
+    if exact_override is not None and (isinstance(exact_override, bool) or exact_override not in (0, 1)):
+        raise InvalidArgumentError(f"{name}: exact={exact_override!r}; 0 or 1")
+    check_ints(name, {k: v for k, v in tiles.items() if k != "exact"}, TILES)
     itemsize, cos_size = DTYPES[p["dtype"]].itemsize, DTYPES[p["cos_dtype"]].itemsize
     half = p["rot"] // 2
+    vendor = "nvidia" if target.is_nvidia else "amd"
     widest = max(1, min(16, p["align"]) // itemsize)
-    if not p["interleaved"]:        # cos/sin chunks match x chunks: at most 16 bytes of them
-        widest = min(widest, 16 // cos_size)
-    vec = tiles.get("vec", widest)
+    default = widest
+    if not p["interleaved"]:        # cos/sin chunks match x chunks: at most 16 bytes of them by
+        default = min(widest, TABLE_BYTES[vendor] // cos_size)   # default, 32 on sm_90a (two loads)
+        widest = min(widest, (32 if target.is_nvidia else 16) // cos_size)
+    vec = tiles.get("vec", default)
     if vec not in (1, 2, 4, 8) or vec > widest or (p["interleaved"] and vec < 2):
         raise InvalidArgumentError(f"{name}: vec={vec}; valid: powers of two {'from 2 ' if p['interleaved'] else ''}"
                                    f"up to {widest} for these arrays")
     pieces = cdiv(p["rot"] if p["interleaved"] else half, vec)
     warp = target.wave_size
-    vendor = "nvidia" if target.is_nvidia else "amd"
     by_chunks = pow2_at_least(cdiv(pieces, CHUNKS_MAX[vendor]))
     row_threads = tiles.get("row_threads", min(warp, max(by_chunks, min(MIN_ROW_THREADS[vendor], pow2_at_least(pieces)))))
     if row_threads > warp:
@@ -77,9 +83,18 @@ def configure(name, target, p, tiles) -> Config:
     check_group(name, target, threads, row_threads)
     row_blocks = cdiv(p["rows"], threads // row_threads)
     blocks = tiles.get("blocks", row_blocks)
+    # exact: a row is one step (rot == d, the rotated half -- interleaved: the rotated columns --
+    # exactly row_threads * vec * chunks): no column loop, tests or tail copy in the kernel.
+    # Default on sm_90a (H100: docs/notes/rope.md); CDNA keeps the general path (not measured).
+    fits = p["rot"] == p["d"] and (p["rot"] if p["interleaved"] else half) == row_threads * vec * chunks
+    exact = int(fits and target.is_nvidia) if exact_override is None else exact_override
+    if exact and not fits:
+        raise InvalidArgumentError(f"{name}: exact=1 needs rot == d and the rotated "
+                                   f"{'columns' if p['interleaved'] else 'half'} equal to row_threads * vec * "
+                                   f"chunks ({row_threads * vec * chunks}); rot={p['rot']}, d={p['d']}")
     return Config(dtype=p["dtype"], cos_dtype=p["cos_dtype"], positions=p["positions"],
                   interleaved=p["interleaved"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
-                  blocks=blocks)
+                  blocks=blocks, exact=exact)
 
 
 class RopeOp(Op):
@@ -113,9 +128,9 @@ class RopeOp(Op):
         pos = {"none": "int", "int32": "int", "int64": "long long"}[p["positions"]]
         kernel_type = (f"rope<{DTYPES[cfg['dtype']].cpp}, {DTYPES[cfg['cos_dtype']].cpp}, {pos}, "
                        f"{str(cfg['interleaved']).lower()}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['chunks']}>")
+                       f"{cfg['chunks']}, {str(bool(cfg['exact'])).lower()}>")
         params = {k: cfg[k] for k in ("dtype", "cos_dtype", "positions", "interleaved", "vec", "threads",
-                                      "row_threads", "chunks")}
+                                      "row_threads", "chunks", "exact")}
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_rope",
                                        spec_mod.make_params(params),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))

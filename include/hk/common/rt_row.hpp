@@ -11,6 +11,8 @@
 //   load(tile, gl, r0, c0[, fill])  rows r0.., columns c0.. of gl (columns must be contiguous);
 //                                   elements outside gl get `fill` (default 0)
 //   store(gl, tile, r0, c0)         the elements inside gl
+//   load<true>, store<true>         the same when the tile's columns are known to lie inside gl
+//                                   (only rows are tested)
 //   col_vec<tile>                   a one-row fp32 row tile: loads row r of gl like the tile's
 //                                   columns (a weight, a bias)
 //   subtile_cols<CS>(tile, i)       columns [i CS, (i + 1) CS) as a CS-column tile, in place
@@ -168,7 +170,10 @@ HK_INLINE const rt_row<T, R, CS, V, G>& subtile_cols(const rt_row<T, R, C, V, G>
 // A row whose chunks all lie inside gl (the common case) is read with one access per chunk and
 // no per-chunk test. Chunk k of a thread is G V elements after its chunk k - 1: one address per
 // row and thread, constant offsets for the chunks.
-template <class TM, class T, int R, int C, int V, int G>
+// FULL_COLS (load<true>, store<true>): the caller knows that columns c0 .. c0 + C - 1 lie inside
+// gl (a row is exactly the tile's columns), so only the rows are tested: no column compare and
+// no element-wise branch in the code.
+template <bool FULL_COLS = false, class TM, class T, int R, int C, int V, int G>
 HK_INLINE void load(rt_row<T, R, C, V, G>& x, const gl<TM>& g, int r0, int c0, float fill = 0.0f) {
   using X = rt_row<T, R, C, V, G>;
   const int c = c0 + X::lane() * V;
@@ -176,7 +181,15 @@ HK_INLINE void load(rt_row<T, R, C, V, G>& x, const gl<TM>& g, int r0, int c0, f
   for (int r = 0; r < R; ++r) {
     const bool ok = r0 + r < g.rows;
     const TM* p = &g(0, 0, ok ? r0 + r : 0, 0) + c;
-    if (ok && c0 + C <= g.cols) {
+    if constexpr (FULL_COLS) {
+      if (ok) {
+#pragma unroll
+        for (int k = 0; k < X::chunks; ++k) x.d[k][r] = detail::load_chunk<true, V, T>(p + k * G * V, 0, 0, true, 0.0f);
+      } else {
+#pragma unroll
+        for (int k = 0; k < X::chunks; ++k) x.d[k][r] = detail::load_chunk<false, V, T>(p, 0, 0, false, fill);
+      }
+    } else if (ok && c0 + C <= g.cols) {
 #pragma unroll
       for (int k = 0; k < X::chunks; ++k) x.d[k][r] = detail::load_chunk<true, V, T>(p + k * G * V, 0, 0, true, 0.0f);
     } else {
@@ -187,7 +200,7 @@ HK_INLINE void load(rt_row<T, R, C, V, G>& x, const gl<TM>& g, int r0, int c0, f
   }
 }
 
-template <class TM, class T, int R, int C, int V, int G>
+template <bool FULL_COLS = false, class TM, class T, int R, int C, int V, int G>
 HK_INLINE void store(const gl<TM>& g, const rt_row<T, R, C, V, G>& x, int r0, int c0) {
   using X = rt_row<T, R, C, V, G>;
   const int c = c0 + X::lane() * V;
@@ -195,7 +208,7 @@ HK_INLINE void store(const gl<TM>& g, const rt_row<T, R, C, V, G>& x, int r0, in
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= g.rows) continue;
     TM* p = &g(0, 0, r0 + r, 0) + c;
-    if (c0 + C <= g.cols) {
+    if (FULL_COLS || c0 + C <= g.cols) {
 #pragma unroll
       for (int k = 0; k < X::chunks; ++k) detail::store_chunk<true, V, TM, T>(p + k * G * V, 0, 0, x.d[k][r]);
     } else {

@@ -5,7 +5,7 @@
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
 //   fast_rcp                                                (v_rcp_f32 / rcp.approx)
 //   opaque                                                  an int the compiler cannot see through
-//   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16)
+//   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16; 32 as two)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
 #include "types.hpp"
 
@@ -33,10 +33,16 @@ namespace detail {
 // Global loads/stores of B bytes at a B-aligned address: LDG/STG .E.128/.64/.32/.U16. Volatile so
 // that they keep program order among themselves: a kernel may store where it has loaded
 // (in-place), and the loads here are not otherwise visible to the compiler as memory reads.
+// B = 32 (sm_90a only): two 16-byte accesses, for a 32-byte chunk (8 fp32 table values beside
+// 8 16-bit elements of x: rotary embeddings).
 template <int B> HK_INLINE raw<B> ld_global(const void* p) {
-  static_assert(B == 2 || B == 4 || B == 8 || B == 16, "accesses of 2, 4, 8 or 16 bytes");
+  static_assert(B == 2 || B == 4 || B == 8 || B == 16 || B == 32, "accesses of 2, 4, 8, 16 or 32 bytes");
   raw<B> r;
-  if constexpr (B == 16)
+  if constexpr (B == 32)
+    asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%8];\n\tld.global.v4.b32 {%4, %5, %6, %7}, [%8+16];"
+                 : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]),
+                   "=r"(r.w[4]), "=r"(r.w[5]), "=r"(r.w[6]), "=r"(r.w[7]) : "l"(p));
+  else if constexpr (B == 16)
     asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "l"(p));
   else if constexpr (B == 8)
@@ -51,8 +57,12 @@ template <int B> HK_INLINE raw<B> ld_global(const void* p) {
   return r;
 }
 template <int B> HK_INLINE void st_global(void* p, const raw<B>& r) {
-  static_assert(B == 2 || B == 4 || B == 8 || B == 16, "accesses of 2, 4, 8 or 16 bytes");
-  if constexpr (B == 16)
+  static_assert(B == 2 || B == 4 || B == 8 || B == 16 || B == 32, "accesses of 2, 4, 8, 16 or 32 bytes");
+  if constexpr (B == 32)
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\tst.global.v4.b32 [%0+16], {%5, %6, %7, %8};"
+                 :: "l"(p), "r"(r.w[0]), "r"(r.w[1]), "r"(r.w[2]), "r"(r.w[3]),
+                    "r"(r.w[4]), "r"(r.w[5]), "r"(r.w[6]), "r"(r.w[7]) : "memory");
+  else if constexpr (B == 16)
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
                  :: "l"(p), "r"(r.w[0]), "r"(r.w[1]), "r"(r.w[2]), "r"(r.w[3]) : "memory");
   else if constexpr (B == 8)
