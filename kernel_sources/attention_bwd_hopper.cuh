@@ -175,8 +175,8 @@ struct attention_bwd_prep_hopper {
 };
 
 // ---- dK, dV and dQ ---------------------------------------------------------------------------------
-// Warpgroup 2 is the producer: for each query head of the KV head's group, in order, the query
-// blocks (BQ = 64 rows) that see a key of this block: Q, dO, LSE and Delta by cp.async into a
+// Warpgroup 2 is the producer: for each query block (BQ = 64 rows) that sees a key of this block
+// (causal: from the last one down), for each query head of the KV head's group, in order: Q, dO, LSE and Delta by cp.async into a
 // STAGES-deep ring (full[s]: 128 cp.async completions + 128 arrivals; empty[s]: one arrival per
 // consumer warp); and, one block behind, the dQ partials the consumers leave in shared memory
 // (dq_full / dq_empty, two buffers) added in order into the workspace. Consumer c owns keys
@@ -238,6 +238,15 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // Step t is query block q_block(t / group) of head t % group of the KV head's group (the query
+  // block outer, the heads inner). Causal walks the blocks from the last one down, so that every KV
+  // block meets query block m of head h at the same step as KV block i - 1 (whose walk only goes
+  // further down): waiting for i - 1's add then costs one hand-off, not the steps by which a
+  // bottom-up walk (or a head-major one, under GQA) would put it behind.
+  static __device__ __forceinline__ int q_block(int j, int qb0, int per_head) {
+    return CAUSAL ? qb0 + per_head - 1 - j : qb0 + j;
+  }
+
   // ---- producer ----
   template <class ST>
   static __device__ __forceinline__ void load_async(ST& t, const T* base, long long sr, int r0, int limit, int tid) {
@@ -259,7 +268,7 @@ struct attention_bwd_dkdv_hopper {
     hk::mbarrier* dq_empty = sm.dq_empty;
     const auto& g = ga.a;
     const int b = blockIdx.z, group = g.heads / g.kv_heads, i = blockIdx.x;
-    const int h = blockIdx.y * group + u / per_head, m = qb0 + u % per_head, q0 = m * BQ;
+    const int h = blockIdx.y * group + u % group, m = q_block(u / group, qb0, per_head), q0 = m * BQ;
     const int buf = u & 1, parity = (u >> 1) & 1;
     // The KV blocks that stream query block m: 0 .. last (first_q_block(i) <= m).
     int last = (s.lk + BKV - 1) / BKV - 1;
@@ -332,7 +341,7 @@ struct attention_bwd_dkdv_hopper {
     int st = 0, phase = 0;
     for (int t = 0; t <= n; ++t) {
       if (t < n) {
-        const int h = kh * group + t / per_head, q0 = (qb0 + t % per_head) * BQ;
+        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
         hk::wait(empty[st], phase ^ 1);               // fresh barriers pass parity 1 at once
         const int me = hk::opaque(tid);               // addresses stay inside the iteration
         const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
