@@ -212,7 +212,9 @@ struct attention_bwd_dkdv_hopper {
   // so both the consumers' stores and the producer's reads are whole 512-byte warp rows. The
   // workspace accumulator has the same layout (the bulk copies are flat).
   struct dq_buf { float4 v[DQ_FLOATS / 4]; };
-  struct stats_t { float lse[BQ], delta[BQ]; int q0, unused; };
+  // shift: k0 - (Lk - Lq) - q0, the causal diagonal of the block's first key against the stage's
+  // first query (written by the producer so that no consumer register holds it across the loop).
+  struct stats_t { float lse[BQ], delta[BQ]; int q0, shift; };
   // Shared memory, in this order (every part a multiple of its successor's alignment, so the
   // offsets are dynamic_smem's sum; one base pointer addresses all of it).
   struct smem_t {
@@ -357,7 +359,10 @@ struct attention_bwd_dkdv_hopper {
           hkjit_attn_hopper::cp_async<4>(&stats[st].lse[r], g.lse + b * g.lse_sb + h * g.lse_sh + at * g.lse_sr, ok);
         else
           hkjit_attn_hopper::cp_async<4>(&stats[st].delta[r], g.delta + b * g.delta_sb + h * g.delta_sh + at * g.delta_sr, ok);
-        if (me == 0) stats[st].q0 = q0;
+        if (me == 0) {
+          stats[st].q0 = q0;
+          stats[st].shift = blockIdx.x * BKV - (s.lk - s.lq) - q0;
+        }
         hkjit_attn_hopper::arrive_async(full[st]);
         hk::arrive(full[st]);
         if (++st == STAGES) { st = 0; phase ^= 1; }
@@ -391,7 +396,6 @@ struct attention_bwd_dkdv_hopper {
     hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);
 
     const float sl2 = g.scale_log2;
-    const int diag = key0 + s_t::row(0, 0) - (s.lk - s.lq) - s_t::col(0);
     o_t dk, dv;
     hk::map(dk, [](float) { return 0.f; });
     hk::map(dv, [](float) { return 0.f; });
@@ -414,8 +418,9 @@ struct attention_bwd_dkdv_hopper {
       hk::fence_operand(dp);
       // P^T and dS^T pair by pair, straight into A registers. Causal, branch-free: key > query +
       // shift is masked, i.e. (key row r + 8h, query column c0 + 8j + e of this thread) is masked
-      // iff 8j + e - 8h < diag - q0 (diag: loop-invariant).
-      const int first = diag - q0;
+      // iff 8j + e - 8h < first (recomputed per step from the stage's shift: kept across the loop,
+      // it was the register that made the D128 causal consumer spill).
+      const int first = z.shift + consumer * 64 + s_t::row(0, 0) - s_t::col(0);
       a_t p, ds;
 #pragma unroll
       for (int k = 0; k < s_t::regs; k += 2) {
