@@ -1,24 +1,27 @@
 #pragma once
-// attention_bwd_hopper.cuh: the attention backward on Hopper (sm_90a), deterministic (no atomics).
+// attention_bwd_hopper.cuh: the attention backward on Hopper (sm_90a), one pass, deterministic.
 //
 // With c = scale, P = exp(c Q K^T - LSE) (masked as in the forward), dO the output gradient:
 //   Delta = rowsum(dO o O)      dV = P^T dO      dP = dO V^T      dS = P o (dP - Delta)
 //   dQ = c dS K                 dK = c dS^T Q    (GQA: dK, dV summed over the query heads of a KV head)
-// Two kernels, each the only writer of what it writes (the CDNA half's split):
-//   attention_bwd_dq_hopper    one block per (64 x CONSUMERS query rows, head, batch): Delta (for
-//                              the other kernel) and dQ; a producer warpgroup streams K and V blocks;
-//   attention_bwd_dkdv_hopper  one block per (64 x CONSUMERS keys, KV head, batch): dK and dV; a
-//                              producer warpgroup streams the Q, dO, LSE and Delta blocks of every
-//                              query head of the group, in order (a deterministic GQA sum).
-// Every product is a wgmma. The first two of each step read both operands from shared memory
-// (S = Q K^T and dP = dO V^T, or their transposes S^T = K Q^T and dP^T = V dO^T); the others take
-// their A operand from registers (wgmma's RS form): P, dS (or P^T, dS^T) are computed in the
-// accumulator layout, which packed to 16 bits is wgmma's A-register layout, so
-//   dq kernel:    dQ += dS K                 (A = dS in registers, B = K: keys x D, D contiguous)
-//   dkdv kernel:  dV += P^T dO, dK += dS^T Q (A in registers, B = dO / Q: queries x D)
-// and neither P nor dS ever goes through shared memory. Scores are in base-2 units: P =
-// exp2(S * c log2(e) - LSE log2(e)), one FMA and one ex2 per score. Queries past the sequence get
-// LSE = +inf (P = 0), so only causal diagonals and the ragged key tail are masked explicitly.
+// Two kernels:
+//   attention_bwd_prep_hopper  Delta per query row (and dQ = 0 for rows that see no key);
+//   attention_bwd_dkdv_hopper  one block per (128 keys, KV head, batch): dK and dV in registers
+//                              over every query block of the group's heads, and each query block's
+//                              dQ partial (dS K) added into an fp32 accumulator in global memory in
+//                              the fixed order of the KV blocks (below); the last adder writes dQ.
+// Five products per (KV block, query block), all wgmma: S^T = K Q^T and dP^T = V dO^T (both operands
+// in shared memory), dV += P^T dO and dK += dS^T Q (A = P^T, dS^T straight from the accumulator
+// registers, wgmma's RS form), dQ = dS K (A = dS^T written once to shared memory, read transposed).
+//
+// Deterministic dQ: per (batch, head, 64-row query block) the workspace holds a semaphore and a
+// 64 x D fp32 accumulator. KV block i of a head adds its partial only when the semaphore equals i
+// (the KV blocks that see a query block are 0 .. last, contiguous, also under causal masking): the
+// first stores, the next ones add with one bulk reduction (cp.reduce.async.bulk), the last reads the
+// sum, adds its own, scales and writes dQ, and resets the semaphore to 0 for the next launch. The adds
+// run in the producer warpgroup, from a shared-memory copy of the partial: the consumers never wait
+// on another block. Block i waits only on block i - 1 of its head (a lower block index, dispatched
+// before it), so the order cannot deadlock.
 #include "attention_hopper_common.cuh"
 
 namespace hkjit_attn_hopper {
@@ -31,7 +34,7 @@ struct bwd_args {
   const void* o;
   const void* d_o;
   const float* lse;          // (batch, head, row) strides below; natural log, from the forward
-  float* delta;              // written by the dq kernel, read by the dkdv kernel
+  float* delta;              // written by the prep kernel, read by the dkdv kernel
   void* dq;
   void* dk;
   void* dv;
@@ -46,14 +49,17 @@ struct bwd_args {
 };
 static_assert(sizeof(bwd_args) == 368, "bwd_args layout is mirrored in Python");
 
-constexpr float LOG2E = 1.4426950408889634f;
+// The one-pass kernel's arguments (hkjit/ops/_hopper_attention_bwd.py: WorkspaceArgs): the common
+// block, the workspace (semaphores, then dQ accumulators) and the 64-row query blocks per (batch,
+// head) it was sized for (varlen: of the longest sequence).
+struct bwd_ws_args {
+  bwd_args a;
+  void* workspace;
+  int q_blocks, unused;
+};
+static_assert(sizeof(bwd_ws_args) == 384, "bwd_ws_args layout is mirrored in Python");
 
-// LSE (natural log) of query row `row` in base 2; rows past the sequence and rows that see no
-// key (LSE = -inf) get +inf, so that every one of their probabilities is exp2(-inf) = 0.
-__device__ __forceinline__ float lse_base2(const float* lse, long long sr, int row, int rows) {
-  const float x = row < rows ? lse[(long long)row * sr] : hk::neg_inf();
-  return x == hk::neg_inf() ? -hk::neg_inf() : x * LOG2E;
-}
+constexpr float LOG2E = 1.4426950408889634f;
 
 // Store a 64 x D accumulator tile times `mul` as T rows [row0, row0 + 64) of base (row stride sr),
 // rows at or past `rows` skipped.
@@ -67,71 +73,76 @@ __device__ __forceinline__ void store_rows(T* base, long long sr, const RT& t, f
   }
 }
 
+// ---- asynchronous copies and the dQ semaphores ----------------------------------------------------
+// cp.async: BYTES (4, 8 or 16) from global to shared without passing through registers; `valid`
+// false writes zeros (rows past the sequence). Completion is tracked by an mbarrier (arrive_async).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+  const unsigned d = hk::smem_addr(dst), n = valid ? BYTES : 0;
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(n) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(BYTES), "r"(n) : "memory");
+}
+// One arrival on `b` once every cp.async this thread issued so far has landed (counted in the
+// barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void arrive_async(hk::mbarrier& b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(hk::smem_addr(&b)) : "memory");
+}
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void wait_until(const int* p, int value) {
+  while (ld_acquire(p) != value) {
+  }
+}
+__device__ __forceinline__ void release_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_relaxed(int* p, int v) {
+  asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+// Order global accesses of the generic proxy (semaphores) against the bulk copies' (async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// Shared -> global bulk copy and bulk fp32 add (16-byte aligned, multiple-of-16 sizes), in bulk groups.
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+               :: "l"(dst), "r"(hk::smem_addr(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_add(void* dst, const void* src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               :: "l"(dst), "r"(hk::smem_addr(src)), "r"(bytes) : "memory");
+}
+
+// A 64 x N product of rows [row0, row0 + 64) of A (K-major, any number of 64-wide chunks) and B^T
+// (K-major): one commit group.
+template <class RT, class STA, class STB>
+__device__ __forceinline__ void mma_ABt_rows(RT& d, const STA& a, int row0, const STB& b) {
+  static_assert(STA::cols == STB::cols && RT::rows == 64 && RT::cols == STB::rows, "mma_ABt_rows shapes");
+  hk::mma_fence();
+#pragma unroll
+  for (int k = 0; k < STA::cols / 16; ++k)
+    hk::detail::wgmma_m64k16<RT::cols, hk::is_bf16<typename STA::dtype>::value, false, false>(
+        d.v[0], hk::desc_kmajor(a, k, row0), hk::desc_kmajor(b, k), k > 0 ? 1 : 0);
+  hk::mma_commit();
+}
+
 }  // namespace hkjit_attn_hopper
 
-// ---- dQ (and Delta) --------------------------------------------------------------------------------
-// Warpgroup CONSUMERS is the producer: K and V blocks of BKV keys into a STAGES-deep ring (full[s]:
-// 128 producer arrivals; empty[s]: one arrival per consumer warp, after its wgmma reads are done).
-// Each consumer owns 64 query rows: Q and dO in shared memory, Delta and LSE in registers (rows r
-// and r + 8 of the thread), and per KV block S = Q K^T and dP = dO V^T (issued back to back), P
-// and dS in registers, dQ += dS K.
-template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC>
-struct attention_bwd_dq_hopper {
+// ---- Delta (and dQ of rows that see no key) ------------------------------------------------------
+// Two threads a row, D / 2 columns each; 128 rows a block.
+template <class T, int D, bool CAUSAL, bool VARLEN, int VEC>
+struct attention_bwd_prep_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(BKV == 64 || BKV == 128, "KV block: 64 or 128 keys");
-  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
-  static constexpr int BQ = CONSUMERS * 64;
-  static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
-  static constexpr int PRODUCER = CONSUMERS;
-  static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::PRODUCER;
-  static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::CONSUMER;
+  static constexpr int threads = 256, ROWS = 128, dynamic_smem = 0;
   using args = hkjit_attn_hopper::bwd_args;
-  using seq_t = hkjit_attn_hopper::seq_t;
 
-  using rows_t = hk::st<T, 64, D>;      // Q, dO: 64 query rows x D (K-major A of S and dP)
-  using kv_t = hk::st<T, BKV, D>;       // K, V: keys x D (K-major B of S, dP; N-major B of dQ += dS K)
-  using s_t = hk::rt<float, 64, BKV>;   // S, dP
-  using o_t = hk::rt<float, 64, D>;     // dQ
-  using a_t = hk::rt_a<T, BKV>;         // dS as wgmma's A registers
-  struct stage_t { kv_t k, v; };
-  struct consumer_t { rows_t q, d_o; };
-  static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + CONSUMERS * int(sizeof(consumer_t)) +
-                                      CONSUMERS * 64 * 4 + 2 * STAGES * 8;
-
-  // KV blocks the block's rows [row0, row0 + BQ) need: causal stops after the last row's diagonal.
-  static __device__ __forceinline__ int kv_blocks(const seq_t& s, int row0) {
-    int keys = s.lk;
-    if constexpr (CAUSAL) {
-      const int last = row0 + BQ - 1 < s.lq - 1 ? row0 + BQ - 1 : s.lq - 1;
-      const int see = last + s.lk - s.lq + 1;
-      keys = see < keys ? see : keys;
-    }
-    return keys > 0 ? (keys + BKV - 1) / BKV : 0;
-  }
-
-  static __device__ void produce(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
-                                 hk::mbarrier* empty) {
-    const int b = blockIdx.z, h = blockIdx.y, kh = h / (g.heads / g.kv_heads);
-    const T* kb = (const T*)g.k + b * g.k_sb + kh * g.k_sh + (long long)s.k0 * g.k_sr;
-    const T* vb = (const T*)g.v + b * g.v_sb + kh * g.v_sh + (long long)s.k0 * g.v_sr;
-    const int tid = hk::warpgroup_thread();
-    int st = 0, phase = 0;
-    for (int j = 0; j < blocks; ++j) {
-      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
-      // opaque: the address arithmetic stays inside the iteration (hoisted, it spills at 56 registers)
-      const int me = hk::opaque(tid);
-      hkjit_attn_hopper::load_tile<VEC, 2>(ring[st].k, kb, g.k_sr, j * BKV, s.lk, 0, me);
-      hkjit_attn_hopper::load_tile<VEC, 2>(ring[st].v, vb, g.v_sr, j * BKV, s.lk, 0, me);
-      hk::fence_proxy_async();
-      hk::arrive(full[st]);
-      if (++st == STAGES) { st = 0; phase ^= 1; }
-    }
-  }
-
-  // Delta = rowsum(dO o O) of this warpgroup's 64 rows (two threads a row, D / 2 columns each),
-  // written to global memory for the dkdv kernel and to `out` for this kernel.
-  static __device__ void row_delta(const args& g, const seq_t& s, int row0, float* out, int tid) {
-    const int b = blockIdx.z, h = blockIdx.y, r = tid / 2, half = tid % 2, row = row0 + r;
+  static __device__ void run(const args& g) {
+    const auto s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
+    const int b = blockIdx.z, h = blockIdx.y, tid = threadIdx.x, half = tid % 2;
+    const int row = blockIdx.x * ROWS + tid / 2;
     float acc = 0.f;
     if (row < s.lq) {
       const T* o = (const T*)g.o + b * g.o_sb + h * g.o_sh + (long long)(s.q0 + row) * g.o_sr + half * (D / 2);
@@ -151,140 +162,72 @@ struct attention_bwd_dq_hopper {
       }
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    if (half == 0) {
-      out[r] = acc;
-      if (row < s.lq) g.delta[b * g.delta_sb + h * g.delta_sh + (long long)(s.q0 + row) * g.delta_sr] = acc;
-    }
-  }
-
-  static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
-                                 float* delta_rows, hk::mbarrier* full, hk::mbarrier* empty, int consumer) {
-    const int b = blockIdx.z, h = blockIdx.y, tid = hk::warpgroup_thread();
-    const int row0 = blockIdx.x * BQ + consumer * 64;
-    const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
-    const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
-    hkjit_attn_hopper::load_tile<VEC>(mine.q, qb, g.q_sr, row0, s.lq, 0, tid);
-    hkjit_attn_hopper::load_tile<VEC>(mine.d_o, db, g.do_sr, row0, s.lq, 0, tid);
-    row_delta(g, s, row0, delta_rows, tid);
-    hk::fence_proxy_async();
-    hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
-
-    // This thread's rows r (k % 4 < 2) and r + 8 (k % 4 >= 2).
-    float lse2[2], dl[2];
-    const float* lb = g.lse + b * g.lse_sb + h * g.lse_sh + (long long)s.q0 * g.lse_sr;
+    if (row >= s.lq) return;
+    if (half == 0) g.delta[b * g.delta_sb + h * g.delta_sh + (long long)(s.q0 + row) * g.delta_sr] = acc;
+    // A row that sees no key (no keys at all; causal: row + Lk - Lq < 0) gets dQ = 0 here: the
+    // dkdv kernel may never visit its query block.
+    if (s.lk == 0 || (CAUSAL && row + s.lk - s.lq < 0)) {
+      T* q = (T*)g.dq + b * g.dq_sb + h * g.dq_sh + (long long)(s.q0 + row) * g.dq_sr + half * (D / 2);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = s_t::row(0, 2 * i);
-      lse2[i] = hkjit_attn_hopper::lse_base2(lb, g.lse_sr, row0 + r, s.lq);
-      dl[i] = delta_rows[r];
-    }
-    const float sl2 = g.scale_log2;
-    const int shift = s.lk - s.lq;
-
-    o_t dq;
-    hk::map(dq, [](float) { return 0.f; });
-    int st = 0, phase = 0;
-    for (int j = 0; j < blocks; ++j) {
-      hk::wait(full[st], phase);
-      stage_t& x = ring[st];
-      s_t sc, dp;
-      hk::mma_ABt(sc, mine.q, x.k, false);
-      hk::mma_ABt(dp, mine.d_o, x.v, false);
-      hk::mma_wait<1>();
-      hk::fence_operand(sc);
-      // P = exp2(S c log2 e - LSE log2 e); masked: keys past the sequence and (causal) past each
-      // row's diagonal (edge blocks only).
-      const bool edge = (j + 1) * BKV > s.lk || (CAUSAL && (j + 1) * BKV - 1 > row0 + shift);
-#pragma unroll
-      for (int k = 0; k < s_t::regs; ++k) {
-        float v = sc.v[0][k] * sl2 - lse2[(k % 4) / 2];
-        if (edge) {
-          const int key = j * BKV + s_t::col(k), row = row0 + s_t::row(0, k);
-          if (key >= s.lk || (CAUSAL && key > row + shift)) v = hk::neg_inf();
-        }
-        sc.v[0][k] = hk::fast_exp2(v);
-      }
-      hk::mma_wait<0>();
-      hk::fence_operand(dp);
-      a_t ds;
-#pragma unroll
-      for (int k = 0; k < s_t::regs; k += 2) {
-        const float d = dl[(k % 4) / 2];
-        ds.set_pair(k, sc.v[0][k] * (dp.v[0][k] - d), sc.v[0][k + 1] * (dp.v[0][k + 1] - d));
-      }
-      hk::mma_AB(dq, ds, x.k, true);
-      hk::mma_wait<0>();
-      hk::fence_operand(dq);
-      hk::fence_operand(ds);
-      if (tid % 32 == 0) hk::arrive(empty[st]);   // this warp's wgmma reads are done
-      if (++st == STAGES) { st = 0; phase ^= 1; }
-    }
-    T* out = (T*)g.dq + b * g.dq_sb + h * g.dq_sh + (long long)s.q0 * g.dq_sr;
-    hkjit_attn_hopper::store_rows(out, g.dq_sr, dq, g.scale, row0, s.lq);
-  }
-
-  static __device__ void run(const args& g) {
-    extern __shared__ unsigned char smem_raw[];
-    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
-    stage_t* ring = reinterpret_cast<stage_t*>(base);
-    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
-    float* delta_rows = reinterpret_cast<float*>(cons + CONSUMERS);
-    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(delta_rows + CONSUMERS * 64);
-    hk::mbarrier* empty = full + STAGES;
-    const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
-    if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], hk::WARPGROUP_THREADS);
-        hk::init(empty[i], CONSUMERS * 4);   // one arrival per consumer warp
-      }
-      hk::fence_barrier_init();
-    }
-    __syncthreads();
-    const int blocks = kv_blocks(s, blockIdx.x * BQ);
-    const int wg = hk::warpgroup_id();
-    if (wg == PRODUCER) {
-      if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
-      produce(g, s, blocks, ring, full, empty);
-    } else {
-      if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
-      consume(g, s, blocks, ring, cons[wg], delta_rows + wg * 64, full, empty, wg);
+      for (int c = 0; c < D / 2; c += 2) *reinterpret_cast<unsigned*>(q + c) = 0u;
     }
   }
 };
 
-// ---- dK and dV -------------------------------------------------------------------------------------
-// Warpgroup CONSUMERS is the producer: for each query head of the KV head's group, in order, the
-// query blocks (BQ rows) that see a key of this block: Q, dO, and LSE (base 2) and Delta of those
-// rows, into a STAGES-deep ring. Each consumer owns 64 keys: K and V in shared memory, dK and dV in
-// registers; per query block S^T = K Q^T and dP^T = V dO^T (back to back), P^T and dS^T, then
-// dV += P^T dO and dK += dS^T Q (back to back). A consumer skips (but releases) the query
-// blocks that see none of its keys.
+// ---- dK, dV and dQ ---------------------------------------------------------------------------------
+// Warpgroup 2 is the producer: for each query block (BQ = 64 rows) that sees a key of this block
+// (causal: from the last one down), for each query head of the KV head's group, in order: Q, dO, LSE and Delta by cp.async into a
+// STAGES-deep ring (full[s]: 128 cp.async completions + 128 arrivals; empty[s]: one arrival per
+// consumer warp); and, one block behind, the dQ partials the consumers leave in shared memory
+// (dq_full / dq_empty, two buffers) added in order into the workspace. Consumer c owns keys
+// [64c, 64c + 64) of the block: dK and dV in registers; per query block S^T, dP^T (K-major
+// operands), P^T and dS^T in A registers, dV += P^T dO, dK += dS^T Q, dS^T to shared memory, then
+// (both consumers' halves in place) dQ columns [64c, 64c + 64) = dS K (at D64 consumer 0 alone).
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(BQ == 64 || BQ == 128, "query block: 64 or 128 rows");
-  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
+  static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
+  static_assert(CONSUMERS == 2, "2 consumer warpgroups: dQ needs both halves of the 128-key block");
+  static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
   static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::PRODUCER;
   static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::CONSUMER;
-  using args = hkjit_attn_hopper::bwd_args;
+  static constexpr int DQ_WG = D / 64;              // consumers that compute 64 dQ columns each
+  static constexpr int DQ_FLOATS = 64 * D;          // one query block's dQ
+  using args = hkjit_attn_hopper::bwd_ws_args;
   using seq_t = hkjit_attn_hopper::seq_t;
 
-  using keys_t = hk::st<T, 64, D>;      // K, V: 64 keys x D (K-major A of S^T, dP^T)
-  using q_t = hk::st<T, BQ, D>;         // Q, dO: BQ rows x D (K-major B of S^T, dP^T; N-major B of dK, dV)
+  using keys_t = hk::st<T, BKV, D>;     // K, V of the block (K-major A of S^T, dP^T; N-major B of dQ)
+  using q_t = hk::st<T, BQ, D>;         // Q, dO (K-major B of S^T, dP^T; N-major B of dK, dV)
+  using ds_t = hk::st<T, BKV, BQ>;      // dS^T: keys x queries, the transposed A of dQ = dS K
   using s_t = hk::rt<float, 64, BQ>;    // S^T, dP^T (keys x queries)
   using o_t = hk::rt<float, 64, D>;     // dK, dV
+  using dq_t = hk::rt<float, 64, 64>;   // 64 columns of dQ
   using a_t = hk::rt_a<T, BQ>;          // P^T, dS^T as wgmma's A registers
   struct stage_t { q_t q, d_o; };
-  struct consumer_t { keys_t k, v; };
-  // A stage's per-row values, and its first query row (the consumers read it rather than keep
-  // the head/block walk in registers: at D128 they have none to spare).
-  struct stats_t { float lse2[BQ], delta[BQ]; int q0, unused; };
-  static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + CONSUMERS * int(sizeof(consumer_t)) +
-                                      STAGES * int(sizeof(stats_t)) + 2 * STAGES * 8;
+  struct keys_block { keys_t k, v; };
+  // dQ partial in fragment order: float4 (consumer c, registers 4j..4j+3, thread t) at (8c + j) 128 + t,
+  // so both the consumers' stores and the producer's reads are whole 512-byte warp rows. The
+  // workspace accumulator has the same layout (the bulk copies are flat).
+  struct dq_buf { float4 v[DQ_FLOATS / 4]; };
+  // shift: k0 - (Lk - Lq) - q0, the causal diagonal of the block's first key against the stage's
+  // first query (written by the producer so that no consumer register holds it across the loop).
+  struct stats_t { float lse[BQ], delta[BQ]; int q0, shift; };
+  // Shared memory, in this order (every part a multiple of its successor's alignment, so the
+  // offsets are dynamic_smem's sum; one base pointer addresses all of it).
+  struct smem_t {
+    stage_t ring[STAGES];
+    keys_block kv;
+    ds_t ds[2];
+    dq_buf dq[2];
+    stats_t stats[STAGES];
+    hk::mbarrier full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+  };
+  static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + int(sizeof(keys_block)) +
+                                      2 * int(sizeof(ds_t)) + 2 * int(sizeof(dq_buf)) +
+                                      STAGES * int(sizeof(stats_t)) + (2 * STAGES + 4) * 8;
 
   // The query blocks of one head that see a key of [k0, k0 + BKV): causal starts at the first
   // query that sees key k0 (query i sees key j iff j <= i + Lk - Lq).
@@ -297,101 +240,247 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
-  static __device__ void produce(const args& g, const seq_t& s, int qb0, int per_head, stage_t* ring,
-                                 stats_t* stats, hk::mbarrier* full, hk::mbarrier* empty) {
-    const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads;
-    const int tid = hk::warpgroup_thread();
-    int st = 0, phase = 0;
-    for (int t = 0; t < group * per_head; ++t) {
-      const int h = kh * group + t / per_head, q0 = (qb0 + t % per_head) * BQ;
-      const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
-      const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
-      hk::wait(empty[st], phase ^ 1);
-      const int me = hk::opaque(tid);                 // as in the dq producer
-      hkjit_attn_hopper::load_tile<VEC, 2>(ring[st].q, qb, g.q_sr, q0, s.lq, 0, me);
-      hkjit_attn_hopper::load_tile<VEC, 2>(ring[st].d_o, db, g.do_sr, q0, s.lq, 0, me);
-      for (int r = me; r < BQ; r += hk::WARPGROUP_THREADS) {
-        const int row = q0 + r;
-        const float* lb = g.lse + b * g.lse_sb + h * g.lse_sh + (long long)s.q0 * g.lse_sr;
-        stats[st].lse2[r] = hkjit_attn_hopper::lse_base2(lb, g.lse_sr, row, s.lq);
-        stats[st].delta[r] =
-            row < s.lq ? g.delta[b * g.delta_sb + h * g.delta_sh + (long long)(s.q0 + row) * g.delta_sr] : 0.f;
-      }
-      if (me == 0) stats[st].q0 = q0;
-      hk::fence_proxy_async();
-      hk::arrive(full[st]);                           // release: the stats' generic stores too
-      if (++st == STAGES) { st = 0; phase ^= 1; }
+  // Step t is query block q_block(t / group) of head t % group of the KV head's group (the query
+  // block outer, the heads inner). Causal walks the blocks from the last one down, so that every KV
+  // block meets query block m of head h at the same step as KV block i - 1 (whose walk only goes
+  // further down): waiting for i - 1's add then costs one hand-off, not the steps by which a
+  // bottom-up walk (or a head-major one, under GQA) would put it behind.
+  static __device__ __forceinline__ int q_block(int j, int qb0, int per_head) {
+    return CAUSAL ? qb0 + per_head - 1 - j : qb0 + j;
+  }
+
+  // ---- producer ----
+  template <class ST>
+  static __device__ __forceinline__ void load_async(ST& t, const T* base, long long sr, int r0, int limit, int tid) {
+    constexpr int per_row = ST::cols / VEC, per_thread = ST::rows * per_row / hk::WARPGROUP_THREADS;
+#pragma unroll 1
+    for (int u = 0; u < per_thread; ++u) {     // issue only: nothing waits here, nothing to unroll for
+      const int i = u * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
+      const bool ok = r0 + r < limit;
+      hkjit_attn_hopper::cp_async<VEC * 2>(reinterpret_cast<char*>(t.data) + ST::offset(r, c),
+                                           base + (long long)(ok ? r0 + r : 0) * sr + c, ok);
     }
   }
 
-  static __device__ void consume(const args& g, const seq_t& s, int per_head, stage_t* ring,
-                                 const stats_t* stats, consumer_t& mine, hk::mbarrier* full, hk::mbarrier* empty,
-                                 int consumer) {
+  // Add the consumers' dQ partial of step u (query block m of head h) into the workspace, in
+  // order; the last KV block of the query block writes dQ instead.
+  static __device__ void write_dq(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm, int tid) {
+    dq_buf* dqb = sm.dq;
+    hk::mbarrier* dq_full = sm.dq_full;
+    hk::mbarrier* dq_empty = sm.dq_empty;
+    const auto& g = ga.a;
+    const int b = blockIdx.z, group = g.heads / g.kv_heads, i = blockIdx.x;
+    const int h = blockIdx.y * group + u % group, m = q_block(u / group, qb0, per_head), q0 = m * BQ;
+    const int buf = u & 1, parity = (u >> 1) & 1;
+    // The KV blocks that stream query block m: 0 .. last (first_q_block(i) <= m).
+    int last = (s.lk + BKV - 1) / BKV - 1;
+    if constexpr (CAUSAL) {
+      const int see = (q0 + BQ - 1 + s.lk - s.lq) / BKV;
+      last = see < last ? see : last;
+    }
+    const long long slot = ((long long)b * g.heads + h) * ga.q_blocks + m;
+    const long long sem_bytes = ((long long)g.batch * g.heads * ga.q_blocks * 4 + 255) / 256 * 256;
+    int* sem = reinterpret_cast<int*>(ga.workspace) + slot;
+    float* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(ga.workspace) + sem_bytes) + slot * DQ_FLOATS;
+    // Every producer thread waits on every phase (a thread that skipped one could mistake a later
+    // phase of the same parity for it).
+    hk::wait(dq_full[buf], parity);
+    if (i != last) {
+      if (tid == 0) {
+        if (i > 0) {
+          hkjit_attn_hopper::wait_until(sem, i);
+          hkjit_attn_hopper::fence_proxy_async_global();
+          hkjit_attn_hopper::bulk_add(acc, &dqb[buf], DQ_FLOATS * 4);
+        } else {
+          hkjit_attn_hopper::bulk_store(acc, &dqb[buf], DQ_FLOATS * 4);
+        }
+        hk::tma::store_commit();
+        hk::tma::store_wait<0>();
+        hkjit_attn_hopper::fence_proxy_async_global();
+        hkjit_attn_hopper::release_add(sem, 1);
+        hk::arrive(dq_empty[buf]);
+      }
+      return;
+    }
+    if (i > 0) hkjit_attn_hopper::wait_until(sem, i);
+    const int r = (tid / 32) * 16 + (tid % 32) / 4, cc = (tid % 4) * 2;
+    T* out = (T*)g.dq + b * g.dq_sb + h * g.dq_sh + (long long)(s.q0 + q0) * g.dq_sr;
+    const float mul = g.scale;
+    const bool lo = q0 + r < s.lq, hi = q0 + r + 8 < s.lq;
+    T* out_lo = out + (long long)r * g.dq_sr + cc;
+    T* out_hi = out_lo + 8 * g.dq_sr;
+    // Two accumulator loads in flight at a time (the producer has few registers).
+#pragma unroll 1
+    for (int j0 = 0; j0 < 8 * DQ_WG; j0 += 2) {
+      float4 y[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        y[j] = i > 0 ? __ldcg(reinterpret_cast<const float4*>(acc) + (j0 + j) * hk::WARPGROUP_THREADS + tid)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float4 x = dqb[buf].v[(j0 + j) * hk::WARPGROUP_THREADS + tid];
+        const int col = 64 * ((j0 + j) / 8) + 8 * ((j0 + j) % 8);
+        if (lo) *reinterpret_cast<unsigned*>(out_lo + col) = hk::pack2<T>((x.x + y[j].x) * mul, (x.y + y[j].y) * mul);
+        if (hi) *reinterpret_cast<unsigned*>(out_hi + col) = hk::pack2<T>((x.z + y[j].z) * mul, (x.w + y[j].w) * mul);
+      }
+    }
+    hk::named_barrier(2, hk::WARPGROUP_THREADS);   // every producer thread is done polling and reading
+    if (tid == 0) {
+      if (i > 0) hkjit_attn_hopper::store_relaxed(sem, 0);   // the workspace's semaphores end zeroed
+      hk::arrive(dq_empty[buf]);
+    }
+  }
+
+  static __device__ void produce(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm) {
+    stage_t* ring = sm.ring;
+    stats_t* stats = sm.stats;
+    hk::mbarrier* full = sm.full;
+    hk::mbarrier* empty = sm.empty;
+    const auto& g = ga.a;
+    const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads;
+    const int tid = hk::warpgroup_thread(), n = group * per_head;
+    int st = 0, phase = 0;
+    for (int t = 0; t <= n; ++t) {
+      if (t < n) {
+        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
+        hk::wait(empty[st], phase ^ 1);               // fresh barriers pass parity 1 at once
+        const int me = hk::opaque(tid);               // addresses stay inside the iteration
+        const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
+        const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
+        load_async(ring[st].q, qb, g.q_sr, q0, s.lq, me);
+        load_async(ring[st].d_o, db, g.do_sr, q0, s.lq, me);
+        // LSE (threads 0-63) and Delta (64-127) of the block's rows; rows past the sequence read 0,
+        // which with their zero Q and dO rows gives P^T dO = 0 and dS = 0.
+        const int r = me % BQ, row = q0 + r;
+        const bool ok = row < s.lq;
+        const long long at = s.q0 + (ok ? row : 0);
+        if (me < BQ)
+          hkjit_attn_hopper::cp_async<4>(&stats[st].lse[r], g.lse + b * g.lse_sb + h * g.lse_sh + at * g.lse_sr, ok);
+        else
+          hkjit_attn_hopper::cp_async<4>(&stats[st].delta[r], g.delta + b * g.delta_sb + h * g.delta_sh + at * g.delta_sr, ok);
+        if (me == 0) {
+          stats[st].q0 = q0;
+          stats[st].shift = blockIdx.x * BKV - (s.lk - s.lq) - q0;
+        }
+        hkjit_attn_hopper::arrive_async(full[st]);
+        hk::arrive(full[st]);
+        if (++st == STAGES) { st = 0; phase ^= 1; }
+      }
+      if (t > 0) write_dq(ga, s, t - 1, qb0, per_head, sm, tid);
+    }
+  }
+
+  // ---- consumers ----
+  static __device__ void consume(const args& ga, const seq_t& s, int per_head, smem_t& sm, int consumer) {
+    stage_t* ring = sm.ring;
+    const stats_t* stats = sm.stats;
+    keys_block& kv = sm.kv;
+    ds_t* dsb = sm.ds;
+    dq_buf* dqb = sm.dq;
+    hk::mbarrier* full = sm.full;
+    hk::mbarrier* empty = sm.empty;
+    hk::mbarrier* dq_full = sm.dq_full;
+    hk::mbarrier* dq_empty = sm.dq_empty;
+    const auto& g = ga.a;
     const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads, tid = hk::warpgroup_thread();
-    const int key0 = blockIdx.x * BKV + consumer * 64;            // first key of this warpgroup
-    const T* kb = (const T*)g.k + b * g.k_sb + kh * g.k_sh + (long long)s.k0 * g.k_sr;
-    const T* vb = (const T*)g.v + b * g.v_sb + kh * g.v_sh + (long long)s.k0 * g.v_sr;
-    hkjit_attn_hopper::load_tile<VEC>(mine.k, kb, g.k_sr, key0, s.lk, 0, tid);
-    hkjit_attn_hopper::load_tile<VEC>(mine.v, vb, g.v_sr, key0, s.lk, 0, tid);
+    const int k0 = blockIdx.x * BKV, key0 = k0 + consumer * 64;   // the block's and this warpgroup's first key
+    if (consumer == 0) {
+      const T* kb = (const T*)g.k + b * g.k_sb + kh * g.k_sh + (long long)s.k0 * g.k_sr;
+      hkjit_attn_hopper::load_tile<VEC>(kv.k, kb, g.k_sr, k0, s.lk, 0, tid);
+    } else {
+      const T* vb = (const T*)g.v + b * g.v_sb + kh * g.v_sh + (long long)s.k0 * g.v_sr;
+      hkjit_attn_hopper::load_tile<VEC>(kv.v, vb, g.v_sr, k0, s.lk, 0, tid);
+    }
     hk::fence_proxy_async();
-    hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
+    hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);
 
     const float sl2 = g.scale_log2;
-    const int shift = s.lk - s.lq;
     o_t dk, dv;
     hk::map(dk, [](float) { return 0.f; });
     hk::map(dv, [](float) { return 0.f; });
     int st = 0, phase = 0;
-    for (int t = group * per_head; t > 0; --t) {
+    const int n = group * per_head;
+    for (int t = 0; t < n; ++t) {
       hk::wait(full[st], phase);
-      const int q0 = stats[st].q0;
-      // Causal: a block whose last query sees none of this warpgroup's keys adds nothing.
-      if (!CAUSAL || q0 + BQ - 1 + shift >= key0) {
-        stage_t& x = ring[st];
-        const stats_t& z = stats[st];
-        // K and V's wgmma descriptors are loop-invariant; hoisted, they would hold 4 D/16 registers
-        // for the whole loop. Recomputed from an opaque offset, they cost an add each step.
-        consumer_t& m = *reinterpret_cast<consumer_t*>(reinterpret_cast<char*>(&mine) + hk::opaque(0));
-        s_t sc, dp;
-        hk::mma_ABt(sc, m.k, x.q, false);
-        hk::mma_ABt(dp, m.v, x.d_o, false);
-        hk::mma_wait<0>();
-        hk::fence_operand(sc);
-        hk::fence_operand(dp);
-        // P^T and dS^T pair by pair, straight into A registers: S^T and dP^T die as they grow.
-        // Causal, branch-free: key > query + shift is masked, i.e. on this thread's key rows r and
-        // r + 8 the columns below first[0] and first[1] (relative to its own column offset); blocks
-        // that do not cross this warpgroup's diagonal get a first that masks nothing.
-        int first[2] = {-BQ, -BQ};
-        if (CAUSAL && key0 + 63 > q0 + shift) {
-          first[0] = key0 + s_t::row(0, 0) - q0 - shift - s_t::col(0);
-          first[1] = first[0] + 8;
-        }
-        a_t p, ds;
+      hk::fence_proxy_async();      // cp.async wrote through the generic proxy; wgmma reads through the async one
+      stage_t& x = ring[st];
+      const stats_t& z = stats[st];
+      const int q0 = z.q0;
+      // K and V's descriptors are loop-invariant; hoisted, they would hold registers for the whole
+      // loop. Recomputed from an opaque offset, they cost an add each step.
+      keys_block& m = *reinterpret_cast<keys_block*>(reinterpret_cast<char*>(&kv) + hk::opaque(0));
+      s_t sc, dp;
+      hkjit_attn_hopper::mma_ABt_rows(sc, m.k, consumer * 64, x.q);
+      hkjit_attn_hopper::mma_ABt_rows(dp, m.v, consumer * 64, x.d_o);
+      hk::mma_wait<0>();
+      hk::fence_operand(sc);
+      hk::fence_operand(dp);
+      // P^T and dS^T pair by pair, straight into A registers. Causal, branch-free: key > query +
+      // shift is masked, i.e. (key row r + 8h, query column c0 + 8j + e of this thread) is masked
+      // iff 8j + e - 8h < first (recomputed per step from the stage's shift: kept across the loop,
+      // it was the register that made the D128 causal consumer spill).
+      const int first = z.shift + consumer * 64 + s_t::row(0, 0) - s_t::col(0);
+      a_t p, ds;
 #pragma unroll
-        for (int k = 0; k < s_t::regs; k += 2) {
-          const int col = s_t::col(k);                   // query q0 + col (and + 1)
-          const float2 l2 = *reinterpret_cast<const float2*>(&z.lse2[col]);
-          const float2 d = *reinterpret_cast<const float2*>(&z.delta[col]);
-          float v0 = sc.v[0][k] * sl2 - l2.x, v1 = sc.v[0][k + 1] * sl2 - l2.y;
-          if (CAUSAL) {
-            const int c = 8 * (k / 4), f = first[(k % 4) / 2];   // col - s_t::col(0) = c (+ 1)
-            v0 = c < f ? hk::neg_inf() : v0;
-            v1 = c + 1 < f ? hk::neg_inf() : v1;
-          }
-          const float p0 = hk::fast_exp2(v0), p1 = hk::fast_exp2(v1);
-          p.set_pair(k, p0, p1);
-          ds.set_pair(k, p0 * (dp.v[0][k] - d.x), p1 * (dp.v[0][k + 1] - d.y));
+      for (int k = 0; k < s_t::regs; k += 2) {
+        const int col = s_t::col(k);                   // query q0 + col (and + 1)
+        const float2 l = *reinterpret_cast<const float2*>(&z.lse[col]);
+        const float2 d = *reinterpret_cast<const float2*>(&z.delta[col]);
+        float v0 = sc.v[0][k] * sl2 - l.x * hkjit_attn_hopper::LOG2E;
+        float v1 = sc.v[0][k + 1] * sl2 - l.y * hkjit_attn_hopper::LOG2E;
+        if (CAUSAL) {
+          const int c = 8 * (k / 4) - 8 * ((k % 4) / 2);   // 8j - 8h
+          v0 = c < first ? hk::neg_inf() : v0;
+          v1 = c + 1 < first ? hk::neg_inf() : v1;
         }
-        hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO
-        hk::mma_AB(dk, ds, x.q, true);                  // dK += dS^T Q
-        hk::mma_wait<0>();
-        hk::fence_operand(dv);
-        hk::fence_operand(dk);
-        hk::fence_operand(p);
-        hk::fence_operand(ds);
+        const float p0 = hk::fast_exp2(v0), p1 = hk::fast_exp2(v1);
+        p.set_pair(k, p0, p1);
+        ds.set_pair(k, p0 * (dp.v[0][k] - d.x), p1 * (dp.v[0][k + 1] - d.y));
       }
-      if (tid % 32 == 0) hk::arrive(empty[st]);   // this warp's wgmma reads are done
+      hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO
+      hk::mma_AB(dk, ds, x.q, true);                  // dK += dS^T Q
+      // dS^T to shared memory (rows = this warpgroup's keys) while those run: register (s, i) is
+      // the pair (row r + 8 (i & 1), columns 16 s + c + 8 (i >> 1), + 1).
+      ds_t& dst = dsb[t & 1];
+      {
+        const int r = consumer * 64 + s_t::row(0, 0), c = s_t::col(0);
+#pragma unroll
+        for (int s16 = 0; s16 < BQ / 16; ++s16)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            *reinterpret_cast<unsigned*>(reinterpret_cast<char*>(dst.data) +
+                                         ds_t::offset(r + 8 * (e & 1), 16 * s16 + c + 8 * (e >> 1))) = ds.v[s16][e];
+      }
+      hk::fence_proxy_async();
+      // dV and dK done before dQ starts: their A registers (P^T, dS^T) then die, which makes room
+      // for dQ's accumulators.
+      hk::mma_wait<0>();
+      hk::fence_operand(dv);
+      hk::fence_operand(dk);
+      hk::fence_operand(p);
+      hk::fence_operand(ds);
+      hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);   // both halves of dS^T in place
+      dq_t& dq = sc;                                  // S^T is dead: its registers take dQ
+      if (consumer < DQ_WG) {                         // dS K; operands behind opaque offsets, as K's above
+        const int o = hk::opaque(0);
+        ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
+        keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
+        hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
+      }
+      hk::mma_wait<0>();
+      if (tid % 32 == 0) hk::arrive(empty[st]);      // this warp's wgmma reads of the stage are done
+      // The dQ partial to the producer (the buffer of step t - 2 must have been added).
+      hk::wait(dq_empty[t & 1], ((t >> 1) & 1) ^ 1);
+      if (consumer < DQ_WG) {
+        hk::fence_operand(dq);
+        float4* out = dqb[t & 1].v + consumer * 8 * hk::WARPGROUP_THREADS + tid;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2], dq.v[0][4 * j + 3]);
+        hk::fence_proxy_async();                      // read by the bulk copy (async proxy)
+      }
+      hk::arrive(dq_full[t & 1]);
       if (++st == STAGES) { st = 0; phase ^= 1; }
     }
     T* dkb = (T*)g.dk + b * g.dk_sb + kh * g.dk_sh + (long long)s.k0 * g.dk_sr;
@@ -400,21 +489,26 @@ struct attention_bwd_dkdv_hopper {
     hkjit_attn_hopper::store_rows(dvb, g.dv_sr, dv, 1.f, key0, s.lk);
   }
 
-  static __device__ void run(const args& g) {
+  static __device__ void run(const args& ga) {
+    const auto& g = ga.a;
     extern __shared__ unsigned char smem_raw[];
     unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
-    stage_t* ring = reinterpret_cast<stage_t*>(base);
-    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
-    stats_t* stats = reinterpret_cast<stats_t*>(cons + CONSUMERS);
-    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(stats + STAGES);
-    hk::mbarrier* empty = full + STAGES;
+    smem_t& sm = *reinterpret_cast<smem_t*>(base);
+    hk::mbarrier* full = sm.full;
+    hk::mbarrier* empty = sm.empty;
+    hk::mbarrier* dq_full = sm.dq_full;
+    hk::mbarrier* dq_empty = sm.dq_empty;
     const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
     const int k0 = blockIdx.x * BKV;
     if (k0 >= s.lk) return;                                     // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], hk::WARPGROUP_THREADS);
-        hk::init(empty[i], CONSUMERS * 4);   // one arrival per consumer warp
+        hk::init(full[i], 2 * hk::WARPGROUP_THREADS);   // each producer thread: its cp.asyncs, its stats
+        hk::init(empty[i], CONSUMERS * 4);              // one arrival per consumer warp
+      }
+      for (int i = 0; i < 2; ++i) {
+        hk::init(dq_full[i], CONSUMERS * hk::WARPGROUP_THREADS);
+        hk::init(dq_empty[i], 1);
       }
       hk::fence_barrier_init();
     }
@@ -423,11 +517,11 @@ struct attention_bwd_dkdv_hopper {
     const int per_head = nqb > qb0 ? nqb - qb0 : 0;
     const int wg = hk::warpgroup_id();
     if (wg == PRODUCER) {
-      if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
-      produce(g, s, qb0, per_head, ring, stats, full, empty);
+      hk::setmaxnreg_dec<PRODUCER_REGS>();
+      produce(ga, s, qb0, per_head, sm);
     } else {
-      if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
-      consume(g, s, per_head, ring, stats, cons[wg], full, empty, wg);
+      hk::setmaxnreg_inc<CONSUMER_REGS>();
+      consume(ga, s, per_head, sm, wg);
     }
   }
 };

@@ -1,6 +1,6 @@
 """The sm_90a attention backward (hkjit.attention_backward and autograd through hkjit.attention) on a
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
-kernels' configurations (block_kv, block_q, stages, load width); D64/D128, causal or not, MHA, GQA,
+kernel's configurations (stages, load width); D64/D128, causal or not, MHA, GQA,
 MQA, ragged N, N_q != N_k, fp16, varlen with lengths 1..4097; gradients poisoned (NaN) first;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
 
@@ -20,8 +20,7 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (2, 4, 1, 1025, 333, 128, False), (1, 6, 3, 200, 513, 128, True), (1, 2, 2, 1, 257, 64, True),
     (1, 4, 1, 4097, 64, 128, True),
 ]
-TILES = [dict(), dict(block_kv=128, block_q=64), dict(block_kv=64, dq_stages=3, dkdv_stages=3),
-         dict(dq_stages=4, dkdv_stages=4)]
+TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4)]   # head_dim 128 fits 2 stages only
 
 
 def _inputs(b, h, hkv, nq, nk, d, dtype="bfloat16"):
@@ -46,6 +45,8 @@ def _run(q, k, v, do, causal, **tiles):
 def test_against_float32(case, tiles):
     import torch
     b, h, hkv, nq, nk, d, causal = case
+    if d == 128 and tiles.get("dkdv_stages", 2) > 2:
+        pytest.skip("head_dim 128: 2 stages fill the shared memory (refusal tested in the static tests)")
     q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
     grads, again = _run(q, k, v, do, causal, **tiles)
     assert all(torch.equal(g, a) for g, a in zip(grads, again)), "two runs differ: not deterministic"
@@ -53,10 +54,10 @@ def test_against_float32(case, tiles):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_dkdv_query_block_128_and_fp16(d):
+def test_fp16(d):
     import torch
     q, k, v, do = _inputs(2, 4, 2, 700, 450, d, "float16")
-    tiles = dict(block_q=128) if d == 64 else {}
+    tiles = {}
     grads, _ = _run(q, k, v, do, False, **tiles)
     check_grads(grads, torch_reference_backward(q, k, v, do, False, 1 / math.sqrt(d)), f"fp16 D{d} {tiles}")
     assert grads[0].dtype == torch.float16

@@ -1,7 +1,7 @@
 """The sm_90a attention backward, static checks (no GPU needed, NVRTC only): every default and
 override configuration of both kernels (D64 / D128, causal or not, varlen, fp16, narrow loads,
-blocks, stages) compiles with 0 spills and no stack, five products on wgmma (three with A from
-registers) and the register split (setmaxnreg) kept; the plan's shared memory and consumer
+stages) compiles with 0 spills and no stack, five products on wgmma (two with A from registers),
+dQ added by bulk reductions under acquire/release semaphores, and the register split (setmaxnreg) kept; the plan's shared memory and consumer
 registers are the kernel's (static_asserted in the generated unit); the configuration table and
 its limits, refused before anything compiles."""
 
@@ -21,13 +21,11 @@ from conftest import needs_nvrtc
 SM90 = parse("sm_90a")
 BASE = dict(dtype="bfloat16", causal=False, varlen=False, align=16)
 DQ_CONFIGS = [dict(head_dim=d, causal=c) for d in (64, 128) for c in (False, True)] + \
-             [dict(head_dim=64, block_kv=64, causal=True), dict(head_dim=128, block_kv=128, causal=True),
-              dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=4),
-              dict(head_dim=64, align=8, dq_stages=4)]
+             [dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=4)]
 DKDV_CONFIGS = [dict(head_dim=d, causal=c) for d in (64, 128) for c in (False, True)] + \
-               [dict(head_dim=64, block_q=128), dict(head_dim=128, causal=True, dkdv_stages=4),
+               [dict(head_dim=64, causal=True, dkdv_stages=4), dict(head_dim=64, dkdv_stages=3, align=8),
                 dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=8),
-                dict(head_dim=64, causal=True, align=4, dkdv_stages=3)]
+                dict(head_dim=128, align=4), dict(head_dim=64, causal=True, align=4, dkdv_stages=3)]
 
 
 def _compile(kernel, params):
@@ -47,42 +45,45 @@ def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
     assert r.meta["spills"] == 0 and r.meta["stack_bytes"] == 0, (r.meta, r.log)
     assert "C7508" not in r.log and "C7512" not in r.log, r.log     # setmaxnreg kept, wgmma not serialized
+    if kernel is B.DQ:
+        assert "wgmma" not in r.ptx
+        return
     assert "setmaxnreg.inc" in r.ptx and "setmaxnreg.dec" in r.ptx
-    # wgmma per streamed block: S and dP (SS, one per k16 step of D each), then dQ (dq kernel: one
-    # RS per k16 step of block_kv) or dV and dK (dkdv kernel: two RS per k16 step of block_q)
+    # wgmma per query block: S^T and dP^T (SS, one per k16 step of head_dim each), dV and dK (RS, one
+    # per k16 step of block_q each), dQ = dS K (SS, A transposed: one per k16 step of the 128 keys)
     d, blk = cfg["head_dim"], cfg["block"]
-    want = 2 * d // 16 + (blk // 16 if kernel is B.DQ else 2 * blk // 16)
+    want = 2 * d // 16 + 2 * blk // 16 + 128 // 16
     wgmma = [line for line in r.ptx.splitlines() if "wgmma.mma_async" in line]
     assert len(wgmma) == want
-    assert sum("}, {%r" in line for line in wgmma) == want - 2 * d // 16     # A from registers: {%r..}
-    assert B.Kernel.smem_bytes(kernel, cfg) <= SM90.smem_per_block
+    assert sum("}, {%r" in line for line in wgmma) == 2 * blk // 16     # A from registers: {%r..}
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in r.ptx and "ld.acquire.gpu" in r.ptx
+    assert B.DKDV.smem_bytes(cfg) <= SM90.smem_per_block
 
 
 def test_args_layout():
     assert ctypes.sizeof(BackwardArgs) == 368      # attention_bwd_hopper.cuh static_asserts the same
     assert BackwardArgs.q_sb.offset == 96 and BackwardArgs.batch.offset == 336 and BackwardArgs.scale.offset == 360
+    assert ctypes.sizeof(B.WorkspaceArgs) == 384 and B.WorkspaceArgs.workspace.offset == 368
 
 
 def test_default_table_and_limits():
     p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
     dq, dkdv = B.DQ.configure(SM90, p, {}), B.DKDV.configure(SM90, p, {})
-    assert (dq["block"], dq["stages"], dq["rows"], dq["vec"]) == (64, 2, 128, 8)
-    assert (dkdv["block"], dkdv["stages"], dkdv["rows"]) == (64, 2, 128)
+    assert dq["vec"] == 8 and (dkdv["block"], dkdv["stages"], dkdv["rows"]) == (64, 2, 128)
     assert B.DQ.launch_grid(dq, p) == (8, 8, 2) and B.DKDV.launch_grid(dkdv, p) == (6, 2, 2)
-    assert B.DQ.threads(dq) == 384 and B.consumer_regs(2) == 224
-    assert B.DQ.dynamic_smem(dq) == 1024 + 2 * 2 * 64 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 2 * 64 * 4 + 32
-    assert B.DKDV.dynamic_smem(dkdv) == 1024 + 2 * 2 * 64 * 128 * 2 + 2 * 2 * 64 * 128 * 2 + 2 * (2 * 64 * 4 + 8) + 32
-    assert B.DQ.configure(SM90, {**p, "head_dim": 64}, {})["block"] == 128
+    assert B.DQ.threads(dq) == 256 and B.DKDV.threads(dkdv) == 384 and B.consumer_regs(2) == 224
+    assert B.DKDV.dynamic_smem(dkdv) == (1024 + 2 * 2 * 64 * 128 * 2 + 2 * 128 * 128 * 2 + 2 * 128 * 64 * 2
+                                         + 2 * 64 * 128 * 4 + 2 * (2 * 64 * 4 + 8) + 8 * 8)
+    sems = (2 * 8 * 16 * 4 + 255) // 256 * 256          # 16 query blocks of 64 rows
+    assert B.DKDV.workspace(dkdv, p) == (sems + 2 * 8 * 16 * 64 * 128 * 4, sems)
     with pytest.raises(InvalidArgumentError, match="exceeds the 232448 bytes"):
-        B.DQ.configure(SM90, p, dict(block_kv=128, dq_stages=4))
-    with pytest.raises(InvalidArgumentError, match="valid choices: 64, 128"):
-        B.DQ.configure(SM90, p, dict(block_kv=96))
+        B.DKDV.configure(SM90, p, dict(dkdv_stages=3))
+    with pytest.raises(InvalidArgumentError, match="valid choices: 64"):
+        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128))
     with pytest.raises(InvalidArgumentError, match="valid choices: 2, 3, 4"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=1))
-    with pytest.raises(InvalidArgumentError, match="block_q=128 does not fit"):
-        B.DKDV.configure(SM90, p, dict(block_q=128))
-    with pytest.raises(InvalidArgumentError, match="block_q=128 does not fit"):
-        B.DKDV.configure(SM90, {**p, "head_dim": 64, "causal": True}, dict(block_q=128))
+    with pytest.raises(InvalidArgumentError, match="block_kv is not tunable on sm_90a"):
+        B.DQ.configure(SM90, p, dict(block_kv=64))
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         B.DQ.configure(SM90, p, dict(block_q=64))
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
@@ -98,7 +99,12 @@ def test_fill_checks_alignment_and_packs():
               cu_seqlens_q=0, cu_seqlens_k=0, batch=1, heads=2, kv_heads=1, n_q=8, n_k=8, scale=0.125, workspace=0,
               **{f"{t}_strides": st for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv")},
               lse_strides=(0, 8, 1), delta_strides=(0, 8, 1))
-    a = B.DKDV.fill(cfg, **kw)
+    with pytest.raises(InvalidArgumentError, match="writes dq"):
+        B.DKDV.fill(cfg, **kw)
+    kw = dict(kw, dq=262144, workspace=1 << 20)
+    w = B.DKDV.fill(cfg, **kw)
+    assert w.workspace == 1 << 20 and w.q_blocks == 1
+    a = w.a
     assert a.dk == 65536 and a.do_sr == 64 and a.lse_sr == 1 and abs(a.scale_log2 - 0.125 * 1.4426950408889634) < 1e-6
     with pytest.raises(InvalidArgumentError, match="do's base pointer"):
         B.DKDV.fill(cfg, **{**kw, "d_o": 8194})

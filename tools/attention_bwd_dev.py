@@ -1,9 +1,9 @@
 """Dev harness for the sm_90a attention backward (kernel_sources/attention_bwd_hopper.cuh) on an
-H100/H200: time hkjit.attention_backward and each of its two kernels, with tile variants, beside
+H100/H200: time hkjit.attention_backward and each of its two launches (prep, one-pass dkdv), with tile variants, beside
 torch SDPA's cuDNN and flash backward in one process.
 
     PYTHONPATH=. python3 tools/attention_bwd_dev.py                      # default shapes and variants
-    PYTHONPATH=. python3 tools/attention_bwd_dev.py --shapes 16,16,16,8192,128,1 --variants "{};{'block_kv':128}"
+    PYTHONPATH=. python3 tools/attention_bwd_dev.py --shapes 16,16,16,4096,64,1 --variants "{};{'dkdv_stages':3}"
     PYTHONPATH=. python3 tools/attention_bwd_dev.py --once 16,16,16,8192,128,0   # one call each (for ncu)
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s use 2.5x the forward's FLOPs
@@ -18,9 +18,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-SHAPES = ["16,16,16,4096,64,0", "16,16,16,4096,64,1", "16,16,16,4096,128,0", "16,16,16,4096,128,1",
-          "16,16,16,8192,128,0", "16,16,16,8192,128,1", "16,64,8,4096,128,1"]
-VARIANTS = "{};{'block_kv':128};{'block_kv':64};{'dq_stages':3,'dkdv_stages':3}"
+SHAPES = [f"16,16,16,{n},{d},{c}" for n in (2048, 4096, 8192) for d in (64, 128) for c in (0, 1)] + \
+    ["16,64,8,4096,128,1"]
+VARIANTS = "{}"
 
 
 def kernels(q, k, v, o, lse, do, causal, tiles):
@@ -32,8 +32,8 @@ def kernels(q, k, v, o, lse, do, causal, tiles):
     pick = lambda op: {n: x for n, x in tiles.items() if n in op.tile_keywords}  # noqa: E731
     a = dict(q=q, k=k, v=v, out=o, grad_out=do, lse=lse, delta=None, dq=None, dk=None, dv=None, cu_seqlens_q=None,
              cu_seqlens_k=None)
-    _, delta = launch.call(DQ_OP, tuple(a[n] for n in ARRAYS), (scale,), options, None, None, pick(DQ_OP))
-    b = dict(a, out=None, delta=delta)
+    dq, delta = launch.call(DQ_OP, tuple(a[n] for n in ARRAYS), (scale,), options, None, None, pick(DQ_OP))
+    b = dict(a, out=None, delta=delta, dq=dq)      # sm_90a: the dkdv kernel writes dq (one pass)
     return (lambda: launch.call(DQ_OP, tuple(a[n] for n in ARRAYS), (scale,), options, None, None, pick(DQ_OP)),
             lambda: launch.call(DKDV_OP, tuple(b[n] for n in ARRAYS), (scale,), options, None, None, pick(DKDV_OP)))
 

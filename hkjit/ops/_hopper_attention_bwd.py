@@ -1,23 +1,24 @@
 """The Hopper (sm_90a) half of the attention backward: kernel_sources/attention_bwd_hopper.cuh.
 
-Two kernels (`DQ`, `DKDV`), each with the per-arch interface of hkjit/ops/gemm.py as an object,
-each a producer warpgroup streaming blocks into a ring of shared stages and 2 consumer warpgroups
-of 64 rows (queries for dq, keys for dkdv), all five products on wgmma:
+One pass over the keys, two launches (`DQ`, `DKDV`, the per-arch interface of hkjit/ops/gemm.py as
+objects; the op names stay the CDNA half's):
 
-| kernel | head_dim | streamed block      | stages | rows / block | shared memory |
-|--------|----------|---------------------|--------|--------------|---------------|
-| dq     | 64       | block_kv = 128 keys | 2      | 128 queries  | 97 KiB        |
-| dq     | 128      | block_kv = 64 keys  | 2      | 128 queries  | 129 KiB       |
-| dkdv   | 64       | block_q = 64 rows   | 2      | 128 keys     | 66 KiB        |
-| dkdv   | 128      | block_q = 64 rows   | 2      | 128 keys     | 130 KiB       |
+| launch | kernel                      | block                                 | shared memory (stages 2) |
+|--------|-----------------------------|---------------------------------------|--------------------------|
+| dq     | attention_bwd_prep_hopper   | 128 query rows: Delta, dQ of rows that see no key | 0 |
+| dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through an fp32 workspace | D64 129 KiB, D128 226 KiB |
 
-Overrides: `block_kv` / `block_q` (64 or 128) and `dq_stages` / `dkdv_stages` (2 to 4). Refused
-before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use, and
-dkdv with block_q 128 at head_dim 128 (dK, dV, S^T and dP^T alone would take 256 of a consumer
-thread's 224 registers), and at head_dim 64 with causal masking or rows aligned to less than 8
-bytes (those spill). Deterministic: no atomics; the GQA sum over query heads runs in one block, in order.
+Overrides (dkdv): `block_q` (64 only: dQ is added one 64-row block at a time) and `dkdv_stages` (2 to
+4; D128 fits 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
+are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
+sum over query heads runs in one block, in order.
+
+Workspace (dkdv, per stream): one int semaphore per (batch, head, 64-row query block), padded to 256
+bytes, zero before the first launch and left zero by every launch; then one 64 x head_dim fp32 dQ
+accumulator per query block (varlen: sized by the longest sequence).
 """
 
+import ctypes
 import math
 
 from ..dtypes import DTYPES
@@ -30,8 +31,16 @@ SOURCE = "attention_bwd_hopper.cuh"
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
 CONSUMERS = 2
 PRODUCER_REGS = 56       # attention_bwd_hopper.cuh: register_split<CONSUMERS, 56>
-_BLOCKS = (64, 128)
+BLOCK_KV = 64 * CONSUMERS
+BLOCK_Q = 64
+PREP_ROWS = 128
 _STAGES = (2, 3, 4)
+
+
+class WorkspaceArgs(ctypes.Structure):
+    """Mirror of hkjit_attn_hopper::bwd_ws_args: the common block, the workspace, its query blocks."""
+    _fields_ = [("a", BackwardArgs), ("workspace", ctypes.c_void_p), ("q_blocks", ctypes.c_int),
+                ("unused", ctypes.c_int)]
 
 
 def _err(msg):
@@ -44,98 +53,151 @@ def consumer_regs(consumers: int) -> int:
     return min(240, (entry * (consumers + 1) - PRODUCER_REGS) // consumers // 8 * 8)
 
 
-class Kernel:
-    """One backward kernel: `block` names its streamed block (block_kv for dq, block_q for dkdv),
-    `stages` its ring depth keyword."""
+def _common(where, target, p):
+    if target.arch != "sm_90a":
+        _err(f"{where}: the Hopper attention backward kernels support sm_90a only")
+    align = p.get("align", 16)
+    if align % 4:
+        _err(f"{where}: arrays aligned to {align} bytes; base pointers and row strides must be aligned to 4 "
+             "bytes (an even number of elements)")
+    return min(align, 16) // 2
 
-    def __init__(self, name, template, block, stages, defaults):
-        self.name, self.template, self.block, self.stages, self.defaults = name, template, block, stages, defaults
-        self.TILES, self.SOURCE, self.Args = (block, stages), SOURCE, BackwardArgs
 
-    def configure(self, target, p, tiles) -> Config:
-        where = f"attention backward {self.name} ({target.arch})"
-        check_tiles(where, tiles, self.TILES)
-        if target.arch != "sm_90a":
-            _err(f"{where}: the Hopper attention backward kernels support sm_90a only")
-        d = p["head_dim"]
-        blk, stages = self.defaults[d]
-        blk, stages = tiles.get(self.block, blk), tiles.get(self.stages, stages)
-        for name, v, choices in ((self.block, blk, _BLOCKS), (self.stages, stages, _STAGES)):
-            if isinstance(v, bool) or v not in choices:
-                _err(f"{where}: {name}={v!r}; valid choices: {', '.join(map(str, choices))}")
-        align = p.get("align", 16)
-        if self.name == "dkdv" and blk == 128 and (d == 128 or p["causal"] or align < 8):
-            _err(f"{where}: block_q=128 does not fit the {consumer_regs(CONSUMERS)} registers a consumer thread has "
-                 f"at head_dim {d}{', causal' if p['causal'] else ''}, {align}-byte aligned rows (dK, dV, S^T and dP^T "
-                 f"take {d + 128} of them; only head_dim 64 without causal masking and with 8-byte aligned rows "
-                 "compiles without spills); use block_q=64")
-        if align % 4:
-            _err(f"{where}: arrays aligned to {align} bytes; base pointers and row strides must be aligned to 4 "
-                 "bytes (an even number of elements)")
-        cfg = Config(target=target.arch, kernel=self.name, dtype=p["dtype"], head_dim=d, block=blk,
-                     consumers=CONSUMERS, stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]),
-                     vec=min(align, 16) // 2)
-        cfg["rows"] = 64 * CONSUMERS
-        smem = self.smem_bytes(cfg)
-        if smem > SMEM_LIMIT:
-            _err(f"{where}: shared memory: {stages} stages x 2 tiles x {self.block}={blk} x head_dim={d} plus the "
-                 f"consumers' tiles = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; lower "
-                 f"{self.stages} or {self.block}")
-        return cfg
+def _check_pointers(cfg, arguments, read, written):
+    lb = cfg["vec"] * 2
+    ptrs = dict(arguments, do=arguments["d_o"])
+    for name in read:
+        if int(ptrs[name]) % lb or int(arguments[f"{name}_strides"][2]) * 2 % lb:
+            _err(f"attention backward: {name}'s base pointer or row stride is not aligned to the {lb}-byte loads "
+                 "this kernel was built for")
+    for name in written:
+        if not ptrs[name]:
+            _err(f"attention backward: the sm_90a {cfg['kernel']} kernel writes {name}; pass it")
+        if int(ptrs[name]) % 4 or int(arguments[f"{name}_strides"][2]) % 2:
+            _err(f"attention backward: {name}'s base pointer or row stride "
+                 f"({arguments[f'{name}_strides'][2]} elements) is not 4-byte aligned; pass a contiguous {name}")
+    if cfg["varlen"] and not (arguments["cu_seqlens_q"] and arguments["cu_seqlens_k"]):
+        _err("attention backward: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
 
-    def smem_bytes(self, cfg) -> int:
-        """1 KiB alignment slack, the ring (two blocks x head_dim a stage), the consumers' two resident
-        64-row tiles, then dq: each consumer's 64 Delta values; dkdv: a stage's LSE and Delta rows and its
-        first row (8 bytes); barriers."""
-        d, blk, stages, cons = cfg["head_dim"], cfg["block"], cfg["stages"], cfg["consumers"]
-        extra = cons * 64 * 4 if self.name == "dq" else stages * (2 * blk * 4 + 8)
-        return 1024 + stages * 2 * blk * d * 2 + cons * 2 * 64 * d * 2 + extra + 2 * stages * 8
+
+class _Base:
+    SOURCE = SOURCE
 
     def template_params(self, cfg) -> dict:
-        return {k: cfg[k] for k in ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen",
-                                    "vec")}
+        return {k: cfg[k] for k in self.PARAMS}
+
+    def dynamic_smem(self, cfg) -> int:
+        return self.smem_bytes(cfg)
+
+
+class Prep(_Base):
+    """Delta = rowsum(dO ∘ O) per query row, and dQ = 0 for the rows that see no key (the dkdv
+    kernel may never visit their query blocks). 256 threads, two a row."""
+    name, TILES, Args = "dq", (), BackwardArgs
+    PARAMS = ("kernel", "dtype", "head_dim", "causal", "varlen", "vec")
+
+    def configure(self, target, p, tiles) -> Config:
+        where = f"attention backward prep ({target.arch})"
+        if target.arch == "sm_90a" and "block_kv" in tiles:
+            _err(f"{where}: block_kv is not tunable on sm_90a: the one-pass backward's KV block is "
+                 f"{BLOCK_KV} keys (2 consumer warpgroups x 64); tune block_q / dkdv_stages")
+        check_tiles(where, tiles, self.TILES)
+        vec = _common(where, target, p)
+        return Config(target=target.arch, kernel="prep", dtype=p["dtype"], head_dim=p["head_dim"],
+                      causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec)
+
+    def smem_bytes(self, cfg) -> int:
+        return 0
 
     def kernel_type(self, cfg) -> str:
         b = lambda v: "true" if v else "false"  # noqa: E731
-        return (f"{self.template}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
+        return (f"attention_bwd_prep_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, "
+                f"{b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}>")
+
+    def threads(self, cfg) -> int:
+        return 2 * PREP_ROWS
+
+    def checks(self, cfg) -> tuple:
+        return ()
+
+    def launch_grid(self, cfg, p) -> tuple:
+        return (math.ceil(p["n_q"] / PREP_ROWS), p["heads"], p["batch"])
+
+    def workspace(self, cfg, p) -> tuple:
+        return 0, 0
+
+    def fill(self, cfg, **arguments) -> BackwardArgs:
+        _check_pointers(cfg, arguments, ("o", "do"), ("dq",))
+        return pack_backward(**arguments)
+
+
+class Main(_Base):
+    """dK, dV and dQ: one block per 128 keys of a KV head."""
+    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages"), WorkspaceArgs
+    PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec")
+
+    def configure(self, target, p, tiles) -> Config:
+        where = f"attention backward dkdv ({target.arch})"
+        check_tiles(where, tiles, self.TILES)
+        vec = _common(where, target, p)
+        d = p["head_dim"]
+        blk, stages = tiles.get("block_q", BLOCK_Q), tiles.get("dkdv_stages", 2)
+        if isinstance(blk, bool) or blk != BLOCK_Q:
+            _err(f"{where}: block_q={blk!r}; valid choices: {BLOCK_Q} (the one-pass kernel adds dQ one "
+                 f"{BLOCK_Q}-row query block at a time, and dK, dV, S^T, dP^T and dQ of a wider block would not "
+                 f"fit the {consumer_regs(CONSUMERS)} registers a consumer thread has)")
+        if isinstance(stages, bool) or stages not in _STAGES:
+            _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
+        cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
+                     stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec)
+        cfg["rows"] = BLOCK_KV
+        smem = self.smem_bytes(cfg)
+        if smem > SMEM_LIMIT:
+            _err(f"{where}: shared memory: {stages} stages x 2 tiles x block_q={blk} x head_dim={d} plus K, V, two "
+                 f"dS^T and two fp32 dQ buffers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; "
+                 "lower dkdv_stages")
+        return cfg
+
+    def smem_bytes(self, cfg) -> int:
+        """1 KiB alignment slack, the ring (Q and dO a stage), K and V (128 keys), two dS^T tiles (128 x
+        block_q), two fp32 dQ buffers (64 x head_dim), a stage's LSE, Delta and first row, barriers."""
+        d, blk, stages = cfg["head_dim"], cfg["block"], cfg["stages"]
+        return (1024 + stages * 2 * blk * d * 2 + 2 * BLOCK_KV * d * 2 + 2 * BLOCK_KV * blk * 2 + 2 * 64 * d * 4
+                + stages * (2 * blk * 4 + 8) + (2 * stages + 4) * 8)
+
+    def kernel_type(self, cfg) -> str:
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
                 f"{int(cfg['vec'])}>")
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
 
-    def dynamic_smem(self, cfg) -> int:
-        return self.smem_bytes(cfg)
-
     def checks(self, cfg) -> tuple:
         """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
         return (("CONSUMER_REGS", consumer_regs(cfg["consumers"])),)
 
     def launch_grid(self, cfg, p) -> tuple:
-        if self.name == "dq":
-            return (math.ceil(p["n_q"] / cfg["rows"]), p["heads"], p["batch"])
         return (math.ceil(p["n_k"] / cfg["rows"]), p["kv_heads"], p["batch"])
 
+    @staticmethod
+    def q_blocks(p) -> int:
+        return math.ceil(p["n_q"] / BLOCK_Q)
+
     def workspace(self, cfg, p) -> tuple:
-        return 0, 0
+        """(bytes, leading bytes that must start zeroed): the semaphores, then the dQ accumulators."""
+        slots = p["batch"] * p["heads"] * self.q_blocks(p)
+        sems = (slots * 4 + 255) // 256 * 256
+        return sems + slots * 64 * cfg["head_dim"] * 4, sems
 
-    def fill(self, cfg, **arguments) -> BackwardArgs:
-        lb = cfg["vec"] * 2
-        read = ("q", "k", "v", "do") + (("o",) if self.name == "dq" else ())
-        written = ("dq",) if self.name == "dq" else ("dk", "dv")
-        ptrs = dict(arguments, do=arguments["d_o"])
-        for name in read:
-            if int(ptrs[name]) % lb or int(arguments[f"{name}_strides"][2]) * 2 % lb:
-                _err(f"attention backward: {name}'s base pointer or row stride is not aligned to the {lb}-byte loads "
-                     "this kernel was built for")
-        for name in written:
-            if int(ptrs[name]) % 4 or int(arguments[f"{name}_strides"][2]) % 2:
-                _err(f"attention backward: {name}'s base pointer or row stride "
-                     f"({arguments[f'{name}_strides'][2]} elements) is not 4-byte aligned; pass a contiguous {name}")
-        if cfg["varlen"] and not (arguments["cu_seqlens_q"] and arguments["cu_seqlens_k"]):
-            _err("attention backward: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
-        return pack_backward(**arguments)
+    def fill(self, cfg, **arguments) -> WorkspaceArgs:
+        _check_pointers(cfg, arguments, ("q", "k", "v", "do"), ("dq", "dk", "dv"))
+        if not arguments.get("workspace"):
+            _err("attention backward: the sm_90a dkdv kernel needs its workspace")
+        qb = self.q_blocks(arguments)
+        return WorkspaceArgs(pack_backward(**arguments), int(arguments["workspace"]), qb, 0)
 
 
-DQ = Kernel("dq", "attention_bwd_dq_hopper", "block_kv", "dq_stages", {64: (128, 2), 128: (64, 2)})
-DKDV = Kernel("dkdv", "attention_bwd_dkdv_hopper", "block_q", "dkdv_stages", {64: (64, 2), 128: (64, 2)})
+DQ = Prep()
+DKDV = Main()

@@ -159,7 +159,7 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     if not launch.symbolic(arrays.values()):     # fake tensors (torch.compile) have nothing to check yet
         _check_second(dict(arrays, out=None, dq=None, delta=lse, dk=dk, dv=dv), options, device, pick(DKDV_OP))
     dq, delta = launch.call(DQ_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler, pick(DQ_OP))
-    arrays.update(out=None, dq=None, delta=delta, dk=dk, dv=dv)
+    arrays.update(out=None, dq=dq, delta=delta, dk=dk, dv=dv)   # dq: the sm_90a dkdv kernel writes it (one pass)
     dk, dv = launch.call(DKDV_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler,
                          pick(DKDV_OP))
     return dq, dk, dv
