@@ -187,10 +187,9 @@ struct attention_fwd_hopper {
       hk::mma_wait<1>();                                      // S_j is in; P V still running
       hk::fence_operand(sc);
       softmax(sc, j, s, row0, sl2, m, l, alpha);
-      // (ptxas 13.5 schedules this wait right after the max's first instructions, before the
-      // exponentials: it reuses the in-flight P V's descriptor registers for the next block's
-      // descriptors. The overlap inside the warpgroup is then partial; the two consumers'
-      // ping-pong still overlaps one's softmax with the other's products.)
+      // (ptxas 13.5 hoists this wait to the top of its basic block, ahead of the max and the
+      // exponentials, so the overlap inside the warpgroup is lost; the two consumers' ping-pong
+      // still overlaps one's softmax with the other's products. docs/notes/attention_hopper.md.)
       hk::mma_wait<0>();
       hk::fence_operand(o);
       hk::fence_operand(p);
