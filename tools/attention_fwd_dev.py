@@ -70,7 +70,6 @@ def main():
                       f"{tf / fl:6.2f} {tf / max(cu, fl):6.2f} {rel:8.1e}", flush=True)
             except Exception as e:   # a refused variant (e.g. shared memory) must not stop the rest
                 print(f"{label:<26} {str(tiles):<34} {type(e).__name__}: {str(e)[:120]}", flush=True)
-        del q, k, v, ref
         torch.cuda.empty_cache()
 
 
