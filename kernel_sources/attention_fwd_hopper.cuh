@@ -1,44 +1,52 @@
 #pragma once
-// attention_fwd_hopper.cuh: the attention forward on Hopper (sm_90a), FlashAttention-style.
+// attention_fwd_hopper.cuh: the attention forward on Hopper (sm_90a), FlashAttention-3-style.
 //
 //   O = softmax(scale * Q K^T [+ bottom-right causal mask]) V,   LSE = log sum exp of the scaled scores
 //   q, o: (batch, heads, rows, D); k, v: (batch, kv_heads, rows, D), head dim contiguous; bf16 / fp16.
 //
 // One block owns CONSUMERS * 64 query rows of one (batch, head). Warpgroup CONSUMERS is the
 // producer: it streams K and V blocks of BKV keys into a STAGES-deep ring of shared tiles (full[s]:
-// "stage s holds K and V", empty[s]: "every consumer is done with stage s"). Each consumer
-// warpgroup owns 64 query rows: it loads its Q once into shared memory, then per KV block
-//   S = Q K^T         wgmma, fp32 in registers (64 x BKV)
-//   mask, online softmax in exp2 (scale * log2 e folded into the exponent's multiply-add)
-//   P -> shared (16-bit), O += P V   wgmma with both operands in shared memory
-// and at the end O /= l, LSE = (m + log2 l) / log2 e, stored with bounds checks.
+// "stage s holds K and V", empty[s]: "every consumer warp is done with stage s"). Each consumer
+// warpgroup owns 64 query rows: it loads its Q once into shared memory, then per KV block j
+//   S_j = Q K_j^T       wgmma (both operands in shared memory), fp32 in registers (64 x BKV)
+//   mask, online softmax in exp2 (one FFMA + ex2 per score: scale * log2 e folded in)
+//   P_j -> wgmma A registers (16-bit pairs, hk::rt_a): no shared-memory round trip
+//   O += P_j V_j        wgmma (A from registers, V from shared memory)
+// software-pipelined one block deep (FlashAttention-3's intra-warpgroup overlap): iteration j
+// issues S_j and O += P_(j-1) V_(j-1) back to back, then runs block j's softmax while the second
+// product is still on the tensor cores. With PINGPONG the two consumers also take turns issuing
+// their products (named barriers 3 and 4), so that one's softmax runs under the other's wgmma.
+// At the end O /= l, LSE = (m + log2 l) / log2 e, stored with bounds checks.
 // Loads are plain vector loads (any (batch, head, row) strides, varlen offsets) into the swizzled
 // layout wgmma reads; rows past the sequence read as zero. Causal blocks past the diagonal of the
 // block's last row are never loaded.
 #include "attention_hopper_common.cuh"
 
-template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC>
+template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG>
 struct attention_fwd_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BKV == 64 || BKV == 128, "KV block: 64 or 128 keys");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
+  static_assert(STAGES >= 2, "the one-block-deep pipeline holds stage j - 1 while it waits for stage j");
+  static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");
   static constexpr int BQ = CONSUMERS * 64;                  // query rows per block
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
-  static constexpr int DC = D / 64, KC = BKV / 64;           // 64-wide chunks of the head dim / of a KV block
   // Registers (attention_hopper_common.cuh): 2 consumers get 216 each, the producer 72.
   static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::PRODUCER;
   static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::CONSUMER;
 
-  using chunk_t = hk::st<T, 64, 64>;           // Q chunk (64 rows x 64 of D), P chunk (64 rows x 64 keys)
-  using k_t = hk::st<T, BKV, 64>;              // K: keys x 64 of D (K-major B operand of Q K^T)
-  using v_t = hk::st<T, 64, D>;                // V: 64 keys x D (N-major B operand of P V)
+  using q_t = hk::st<T, 64, D>;                // Q: 64 rows x D (K-major A operand of Q K^T)
+  using k_t = hk::st<T, BKV, D>;               // K: keys x D (K-major B operand of Q K^T)
+  using v_t = hk::st<T, BKV, D>;               // V: keys x D (N-major B operand of P V)
   using s_t = hk::rt<float, 64, BKV>;
+  using p_t = hk::rt_a<T, BKV>;                // P as wgmma's A registers
   using o_t = hk::rt<float, 64, D>;
-  struct stage_t { k_t k[DC]; v_t v[KC]; };
-  struct consumer_t { chunk_t q[DC]; chunk_t p[KC]; };
+  struct stage_t { k_t k; v_t v; };
+  struct consumer_t { q_t q; };
   static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + CONSUMERS * int(sizeof(consumer_t)) +
                                       2 * STAGES * 8;
+  static constexpr int SCHED_BARRIER = 3;      // + consumer: "your turn to issue" (ids 1, 2: the Q fences)
 
   // ---- arguments (mirrored by hkjit/ops/_hopper_attention_fwd.py: Args) ---------------------------
   struct args {
@@ -79,10 +87,8 @@ struct attention_fwd_hopper {
     for (int j = 0; j < blocks; ++j) {
       hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
       stage_t& x = ring[st];
-#pragma unroll
-      for (int c = 0; c < DC; ++c) load_tile(x.k[c], kb, g.k_sr, j * BKV, s.lk, c * 64, tid);
-#pragma unroll
-      for (int c = 0; c < KC; ++c) load_tile(x.v[c], vb, g.v_sr, j * BKV + c * 64, s.lk, 0, tid);
+      load_tile(x.k, kb, g.k_sr, j * BKV, s.lk, 0, tid);
+      load_tile(x.v, vb, g.v_sr, j * BKV, s.lk, 0, tid);
       hk::fence_proxy_async();                        // generic-proxy writes, read next by wgmma
       hk::arrive(full[st]);
       if (++st == STAGES) { st = 0; phase ^= 1; }
@@ -90,88 +96,122 @@ struct attention_fwd_hopper {
   }
 
   // ---- consumers -------------------------------------------------------------------------------------
-  static __device__ __forceinline__ float quad_max(float x) { return hkjit_attn_hopper::quad_max(x); }
-  static __device__ __forceinline__ float quad_sum(float x) { return hkjit_attn_hopper::quad_sum(x); }
-  static __device__ __forceinline__ float exp2_(float x) { return hk::fast_exp2(x); }
+  // Ping-pong: a consumer waits for its turn before issuing a block's products and hands the turn
+  // to the other one right after, so their wgmmas alternate and each one's softmax overlaps the
+  // other's products. Both consumers of a block run the same number of KV blocks.
+  static __device__ __forceinline__ void turn_wait(int consumer) {
+    if constexpr (PINGPONG) hk::named_barrier(SCHED_BARRIER + consumer, 2 * hk::WARPGROUP_THREADS);
+  }
+  static __device__ __forceinline__ void turn_pass(int consumer) {
+    if constexpr (PINGPONG) hk::named_barrier_arrive(SCHED_BARRIER + (consumer ^ 1), 2 * hk::WARPGROUP_THREADS);
+  }
+
+  // Scores of block j -> unnormalised probabilities, in place: mask keys past the sequence and
+  // (causal) past each row's diagonal on edge blocks only; the running max m (log2 units of the
+  // scaled scores) and this thread's partial row sums l move on; alpha rescales the old O and l.
+  static __device__ __forceinline__ void softmax(s_t& sc, int j, const seq_t& s, int row0, float sl2, float (&m)[2],
+                                                 float (&l)[2], float (&alpha)[2]) {
+    const bool edge = (j + 1) * BKV > s.lk || (CAUSAL && (j + 1) * BKV - 1 > row0 + s.lk - s.lq);
+    if (edge) {
+#pragma unroll
+      for (int k = 0; k < s_t::regs; ++k) {
+        const int key = j * BKV + s_t::col(k), row = row0 + s_t::row(0, k);
+        if (key >= s.lk || (CAUSAL && key > row + s.lk - s.lq)) sc.v[0][k] = hk::neg_inf();
+      }
+    }
+    float mx[2] = {hk::neg_inf(), hk::neg_inf()};
+#pragma unroll
+    for (int k = 0; k < s_t::regs; ++k) mx[(k % 4) / 2] = fmaxf(mx[(k % 4) / 2], sc.v[0][k]);
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mn = fmaxf(m[r], hkjit_attn_hopper::quad_max(mx[r]) * sl2);   // the scale is positive
+      base[r] = mn == hk::neg_inf() ? 0.f : mn;      // a row with no key yet: exp2(-inf) = 0
+      alpha[r] = hk::fast_exp2(m[r] - base[r]);
+      m[r] = mn;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int k = 0; k < s_t::regs; ++k) {
+      const float p = hk::fast_exp2(fmaf(sc.v[0][k], sl2, -base[(k % 4) / 2]));
+      sc.v[0][k] = p;
+      l[(k % 4) / 2] += p;
+    }
+  }
+  static __device__ __forceinline__ void rescale(o_t& o, const float (&alpha)[2]) {
+#pragma unroll
+    for (int k = 0; k < o_t::regs; ++k) o.v[0][k] *= alpha[(k % 4) / 2];
+  }
 
   static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
                                  hk::mbarrier* full, hk::mbarrier* empty, int consumer) {
     const int b = blockIdx.z, h = blockIdx.y, tid = hk::warpgroup_thread();
     const int row0 = blockIdx.x * BQ + consumer * 64;          // first query row of this warpgroup
-    const bool leader = tid == 0;
+    const bool warp_leader = tid % 32 == 0;
     const T* qb = g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
-#pragma unroll
-    for (int c = 0; c < DC; ++c) load_tile(mine.q[c], qb, g.q_sr, row0, s.lq, c * 64, tid);
+    load_tile(mine.q, qb, g.q_sr, row0, s.lq, 0, tid);
     hk::fence_proxy_async();
     hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
+    // Consumer 0 issues first: consumer 1 hands it the first turn. Each consumer then waits for its
+    // turn `blocks` times and hands it over `blocks` times; consumer 0 takes the last hand-over
+    // after its loop, so both barriers end balanced.
+    if (PINGPONG && consumer == 1) hk::named_barrier_arrive(SCHED_BARRIER, 2 * hk::WARPGROUP_THREADS);
 
     o_t o;
     hk::map(o, [](float) { return 0.f; });
-    float m[2] = {hk::neg_inf(), hk::neg_inf()}, l[2] = {0.f, 0.f};   // rows r and r + 8 of this thread, in log2 units
+    // Rows r and r + 8 of this thread: running max (log2 units), this thread's share of the row sum.
+    float m[2] = {hk::neg_inf(), hk::neg_inf()}, l[2] = {0.f, 0.f}, alpha[2];
     const float sl2 = g.scale_log2;
+    p_t p;
+    s_t sc;
     int st = 0, phase = 0;
-    for (int j = 0; j < blocks; ++j) {
-      hk::wait(full[st], phase);
-      stage_t& x = ring[st];
-      s_t sc;
-#pragma unroll
-      for (int c = 0; c < DC; ++c) hk::mma_ABt(sc, mine.q[c], x.k[c], c > 0);
+    if (blocks > 0) {
+      hk::wait(full[0], 0);
+      turn_wait(consumer);
+      hk::mma_ABt(sc, mine.q, ring[0].k, false);
+      turn_pass(consumer);
       hk::mma_wait<0>();
       hk::fence_operand(sc);
-      // Mask keys past the sequence and (causal) past each row's diagonal; fold the scale in.
-      const bool edge = (j + 1) * BKV > s.lk || (CAUSAL && (j + 1) * BKV - 1 > row0 + s.lk - s.lq);
-      float mx[2] = {m[0], m[1]};
-#pragma unroll
-      for (int k = 0; k < s_t::regs; ++k) {
-        float v = sc.v[0][k] * sl2;
-        if (edge) {
-          const int key = j * BKV + s_t::col(k), row = row0 + s_t::row(0, k);
-          if (key >= s.lk || (CAUSAL && key > row + s.lk - s.lq)) v = hk::neg_inf();
-        }
-        sc.v[0][k] = v;
-        mx[(k % 4) / 2] = fmaxf(mx[(k % 4) / 2], v);
-      }
-      float alpha[2], base[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = quad_max(mx[r]);
-        base[r] = mx[r] == hk::neg_inf() ? 0.f : mx[r];           // a row with no key yet: exp2(-inf) = 0
-        alpha[r] = exp2_(m[r] - base[r]);
-        m[r] = mx[r];
-      }
-      float sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int k = 0; k < s_t::regs; ++k) {
-        const float p = exp2_(sc.v[0][k] - base[(k % 4) / 2]);
-        sc.v[0][k] = p;
-        sum[(k % 4) / 2] += p;
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + quad_sum(sum[r]);
-#pragma unroll
-      for (int k = 0; k < o_t::regs; ++k) o.v[0][k] *= alpha[(k % 4) / 2];
-      // P to shared memory (16-bit), then O += P V.
-#pragma unroll
-      for (int k = 0; k < s_t::regs; k += 2) {
-        const int col = s_t::col(k), row = s_t::row(0, k) % 64;
-        *reinterpret_cast<unsigned*>(&mine.p[col / 64].at(row, col % 64)) = hk::pack2<T>(sc.v[0][k], sc.v[0][k + 1]);
-      }
-      hk::fence_proxy_async();
-      hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
-#pragma unroll
-      for (int c = 0; c < KC; ++c) hk::mma_AB(o, mine.p[c], x.v[c], true);
+      softmax(sc, 0, s, row0, sl2, m, l, alpha);
+      hk::pack_a(p, sc);
+    }
+    for (int j = 1; j < blocks; ++j) {
+      const int prev = st;
+      if (++st == STAGES) { st = 0; phase ^= 1; }
+      hk::wait(full[st], phase);
+      turn_wait(consumer);
+      hk::mma_ABt(sc, mine.q, ring[st].k, false);             // S_j
+      rescale(o, alpha);                                      // O to block j - 1's max, then
+      hk::mma_AB(o, p, ring[prev].v, true);                   //   O += P_(j-1) V_(j-1)
+      turn_pass(consumer);
+      hk::mma_wait<1>();                                      // S_j is in; P V still running
+      hk::fence_operand(sc);
+      softmax(sc, j, s, row0, sl2, m, l, alpha);
+      // (ptxas 13.5 hoists this wait to the top of its basic block, ahead of the max and the
+      // exponentials, so the overlap inside the warpgroup is lost; the two consumers' ping-pong
+      // still overlaps one's softmax with the other's products. docs/notes/attention_hopper.md.)
       hk::mma_wait<0>();
       hk::fence_operand(o);
-      if (leader) hk::arrive(empty[st]);
-      // Every thread's wgmma reads of P are done (mma_wait) before anyone writes the next P.
-      hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
-      if (++st == STAGES) { st = 0; phase ^= 1; }
+      hk::fence_operand(p);
+      if (warp_leader) hk::arrive(empty[prev]);               // this warp's wgmma reads of stage j - 1 are done
+      hk::pack_a(p, sc);
     }
+    if (blocks > 0) {
+      rescale(o, alpha);
+      hk::mma_AB(o, p, ring[st].v, true);
+      hk::mma_wait<0>();
+      hk::fence_operand(o);
+      hk::fence_operand(p);
+      if (warp_leader) hk::arrive(empty[st]);
+    }
+    hk::mma_wait<0>();             // (nothing in flight; tells ptxas so before a divergent path)
+    if (PINGPONG && consumer == 0) turn_wait(0);              // the other consumer's last hand-over
 
     // O /= l; LSE (natural log) = (m + log2 l) / log2 e; rows with no key: O = 0, LSE = -inf.
     float inv[2], lse[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      l[r] = hkjit_attn_hopper::quad_sum(l[r]);
       const bool none = l[r] == 0.f;
       inv[r] = none ? 0.f : 1.f / l[r];
       lse[r] = none ? hk::neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718055994531f;
@@ -207,7 +247,7 @@ struct attention_fwd_hopper {
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
         hk::init(full[i], hk::WARPGROUP_THREADS);
-        hk::init(empty[i], CONSUMERS);
+        hk::init(empty[i], CONSUMERS * 4);             // one arrival per consumer warp
       }
       hk::fence_barrier_init();
     }

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA 
 
 import hkjit  # noqa: E402
 
-TILES = [dict(), dict(block_kv=64), dict(consumers=1), dict(consumers=1, stages=1), dict(block_kv=64, stages=4)]
+TILES = [dict(), dict(block_kv=64), dict(block_kv=128, pingpong=0), dict(consumers=1), dict(consumers=1, stages=3),
+         dict(block_kv=64, stages=4, pingpong=0)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),

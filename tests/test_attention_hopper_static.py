@@ -5,6 +5,7 @@ memory and consumer registers are the kernel's (static_asserted in the generated
 has the C++ struct's size; the configuration table and its limits."""
 
 import ctypes
+import re
 
 import pytest
 
@@ -19,7 +20,9 @@ SM90 = parse("sm_90a")
 CONFIGS = [dict(head_dim=d, causal=c) for d in (128, 64) for c in (False, True)] + \
           [dict(head_dim=128, causal=True, varlen=True, dtype="float16"), dict(head_dim=64, align=4),
            dict(head_dim=128, block_kv=128, stages=2), dict(head_dim=64, block_kv=64, causal=True),
-           dict(head_dim=128, consumers=1, causal=True), dict(head_dim=64, consumers=1, stages=1)]
+           dict(head_dim=128, consumers=1, causal=True), dict(head_dim=64, consumers=1, stages=3),
+           dict(head_dim=128, block_kv=128, causal=True), dict(head_dim=64, pingpong=0, causal=True),
+           dict(head_dim=128, pingpong=0, block_kv=128, stages=2)]
 
 
 @needs_nvrtc
@@ -37,15 +40,18 @@ def test_configs_compile_clean(params):
 def test_ptx_has_wgmma_and_register_split():
     from pathlib import Path
     from hkjit import compiler, spec as spec_mod
-    cfg = F.configure(SM90, dict(head_dim=128, dtype="bfloat16", causal=True, varlen=False, align=16), {})
+    cfg = F.configure(SM90, dict(head_dim=128, dtype="bfloat16", causal=True, varlen=False, align=16), {"block_kv": 64})
     checks = (("threads", F.threads(cfg)), ("dynamic_smem", F.dynamic_smem(cfg))) + F.checks(cfg)
     spec = spec_mod.Specialization("attention", SM90, F.SOURCE, F.kernel_type(cfg), "hkjit_attention", (), checks)
     comp = compiler.find_compiler(SM90, "nvrtc")
     r = comp.compile(spec_mod.render(spec), Path("attention_unit.cu"), SM90,
                      [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-    # one wgmma per k16 step of a KV block (block_kv 64): Q K^T 2 head-dim chunks x 4 steps + P V 4 steps
-    assert r.ptx.count("wgmma.mma_async") == 12 and "setmaxnreg.inc" in r.ptx and "setmaxnreg.dec" in r.ptx
+    # one wgmma per k16 step of a KV block (block_kv 64): Q K^T 8 steps (D128) and P V 4 steps, each
+    # twice (the pipeline's first block before its loop, the last P V after it); P V's A from registers
+    assert r.ptx.count("wgmma.mma_async") == 24 and "setmaxnreg.inc" in r.ptx and "setmaxnreg.dec" in r.ptx
+    assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {") == 8 and "bar.arrive" in r.ptx
     assert "C7508" not in r.log          # setmaxnreg not ignored
+    assert not re.search(r"C751\d", r.log)   # ptxas did not serialise the wgmma pipeline (C7510-C7519)
 
 
 def test_args_layout():
@@ -57,11 +63,11 @@ def test_default_table_and_limits():
     p = dict(batch=1, heads=8, kv_heads=1, n_q=8192, n_k=8192, head_dim=128, dtype="bfloat16", causal=False,
              varlen=False, align=16)
     c = F.configure(SM90, p, {})
-    assert (c["block_kv"], c["consumers"], c["stages"], c["block_q"], c["vec"]) == (64, 2, 2, 128, 8)
+    assert (c["block_kv"], c["consumers"], c["stages"], c["block_q"], c["vec"]) == (128, 2, 3, 128, 8)
     assert F.threads(c) == 384 and F.launch_grid(c, p) == (64, 8, 1)
-    assert F.dynamic_smem(c) == 1024 + 2 * 32768 + 2 * 24576 + 32
+    assert c["pingpong"] == 1 and F.dynamic_smem(c) == 1024 + 3 * 65536 + 2 * 16384 + 48
     c64 = F.configure(SM90, {**p, "head_dim": 64, "align": 8}, {})
-    assert (c64["stages"], c64["vec"]) == (3, 4)
+    assert (c64["block_kv"], c64["stages"], c64["vec"]) == (64, 3, 4)
     assert F.consumer_regs(2) == 216
     with pytest.raises(InvalidArgumentError, match="exceeds"):
         F.configure(SM90, p, dict(block_kv=128, stages=4))
@@ -69,6 +75,11 @@ def test_default_table_and_limits():
         F.configure(SM90, p, dict(consumers=3))
     with pytest.raises(InvalidArgumentError, match="valid choices"):
         F.configure(SM90, p, dict(block_kv=96))
+    with pytest.raises(InvalidArgumentError, match="valid choices"):
+        F.configure(SM90, p, dict(stages=1))     # the pipeline holds one stage while it waits for the next
+    with pytest.raises(InvalidArgumentError, match="consumers=2"):
+        F.configure(SM90, p, dict(consumers=1, pingpong=1))
+    assert F.configure(SM90, p, dict(consumers=1))["pingpong"] == 0
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
         F.configure(parse("gfx950"), p, {})
 

@@ -1,19 +1,22 @@
 """The Hopper (sm_90a) half of the attention forward: kernel_sources/attention_fwd_hopper.cuh.
 
 Configuration: one producer warpgroup streams K/V blocks into a ring of shared stages; each
-consumer warpgroup owns 64 query rows and runs S = Q Kᵀ and O += P V on wgmma.
+consumer warpgroup owns 64 query rows and runs S = Q Kᵀ (both operands in shared memory) and
+O += P V (P from registers) on wgmma, one block deep: block j's softmax runs while P_(j-1) V_(j-1)
+is on the tensor cores; with `pingpong` the two consumers also take turns issuing their products.
 
-| head_dim | consumers | query rows / block | block_kv | stages | shared memory |
-|----------|-----------|--------------------|----------|--------|---------------|
-| 64       | 2         | 128                | 128      | 3      | 145 KiB       |
-| 128      | 2         | 128                | 64       | 2      | 113 KiB       |
+| head_dim | consumers | query rows / block | block_kv | stages | pingpong | shared memory |
+|----------|-----------|--------------------|----------|--------|----------|---------------|
+| 64       | 2         | 128                | 64       | 3      | 1        | 65 KiB        |
+| 128      | 2         | 128                | 128      | 3      | 1        | 225 KiB       |
 
-(Measured on H100 at B16 H16 N4096, docs/notes/attention_hopper.md: D128 at block_kv 64 runs 6-7%
-faster than at 128; D64 causal loses a quarter at block_kv 64; more stages change nothing.)
+(Measured on H100, docs/notes/attention_hopper.md: D64 at block_kv 64 runs 10-19% faster than at
+128; D128 at block_kv 128 2-4% faster than at 64; ping-pong 1-5%; a fourth stage nothing.)
 
 Overrides: `block_kv` (64 or 128), `consumers` (1 or 2; three would leave 152 registers a
-consumer thread, and S + O alone take 128), `stages` (1 to 4). Rejected before
-anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
+consumer thread, and S + O alone take 128), `stages` (2 to 4: the pipeline holds stage j - 1 while
+it waits for stage j), `pingpong` (0 or 1; 1 needs consumers=2). Rejected before anything
+compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
 import math
@@ -26,10 +29,11 @@ from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
-TILES = ("block_kv", "consumers", "stages")
+TILES = ("block_kv", "consumers", "stages", "pingpong")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3), 128: dict(block_kv=64, consumers=2, stages=2)}
-_CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (1, 2, 3, 4)}
+_DEFAULTS = {64: dict(block_kv=64, consumers=2, stages=3, pingpong=1),
+             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1)}
+_CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1)}
 PRODUCER_REGS = 72
 
 
@@ -38,10 +42,10 @@ def _err(msg):
 
 
 def smem_bytes(cfg) -> int:
-    """Dynamic shared memory: 1 KiB alignment slack, the K/V ring, each consumer's Q and P tiles, barriers."""
+    """Dynamic shared memory: 1 KiB alignment slack, the K/V ring, each consumer's Q tile, barriers."""
     d, kv = cfg["head_dim"], cfg["block_kv"]
     stage = 2 * kv * d * 2
-    consumer = (64 * d + 64 * kv) * 2
+    consumer = 64 * d * 2
     return 1024 + cfg["stages"] * stage + cfg["consumers"] * consumer + 2 * cfg["stages"] * 8
 
 
@@ -63,6 +67,10 @@ def configure(target, p: dict, tiles: dict) -> Config:
         if isinstance(v, bool) or v not in _CHOICES[name]:
             _err(f"{where}: {name}={v!r}; valid choices: {', '.join(map(str, _CHOICES[name]))}")
         chosen[name] = v
+    if chosen["consumers"] == 1:
+        if tiles.get("pingpong") == 1:
+            _err(f"{where}: pingpong=1 alternates two consumer warpgroups; it needs consumers=2")
+        chosen["pingpong"] = 0
     align = p.get("align", 16)
     if align % 4:
         _err(f"{where}: q, k, v aligned to {align} bytes; base pointers and row strides must be aligned to 4 bytes "
@@ -73,19 +81,21 @@ def configure(target, p: dict, tiles: dict) -> Config:
     smem = smem_bytes(cfg)
     if smem > SMEM_LIMIT:
         _err(f"{where}: shared memory: {cfg['stages']} stages x (K + V) x block_kv={cfg['block_kv']} x head_dim={d} "
-             f"plus Q and P tiles of {cfg['consumers']} consumers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a "
+             f"plus the Q tiles of {cfg['consumers']} consumers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a "
              "block may use; lower stages or block_kv")
     return cfg
 
 
 def template_params(cfg) -> dict:
-    return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec")}
+    return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec",
+                                "pingpong")}
 
 
 def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
-            f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}>")
+            f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
+            f"{b(cfg['pingpong'])}>")
 
 
 def threads(cfg) -> int:

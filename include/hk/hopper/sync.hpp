@@ -44,6 +44,12 @@ HK_INLINE void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Arrive at named barrier `id` without waiting (bar.arrive): the producer side of a handshake whose
+// other side waits with named_barrier(id, threads).
+HK_INLINE void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
 // Register reallocation between warpgroups (sm_90a). The producer gives registers back, the
 // consumers take them; only effective with a register cap at entry (__launch_bounds__(T, 1)).
 template <int N> HK_INLINE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
