@@ -86,7 +86,7 @@ def main():
                       "  ".join(f"{p} {t:.1f} ({tf / t:.2f}x)" for p, t in peer_tf.items()), flush=True)
             except Exception as e:   # a refused variant (e.g. shared memory) must not stop the rest
                 print(f"{label:<28} {str(tiles):<40} {type(e).__name__}: {str(e)[:120]}", flush=True)
-        del q, k, v, do, o, lse
+        q = k = v = do = o = lse = None   # free this shape's tensors before the next one's
         torch.cuda.empty_cache()
 
 
