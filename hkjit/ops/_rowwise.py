@@ -55,12 +55,19 @@ def alignment(itemsize, rows, *pointers_and_strides):
     return max(align, itemsize)
 
 
+SWITCHES = ("exact",)   # tile overrides that turn a kernel path off (0) or on (1)
+
+
 def check_ints(op, tiles, accepted=ROW_TILES):
     unknown = sorted(set(tiles) - set(accepted))
     if unknown:
         raise InvalidArgumentError(f"{op}: unknown tile override(s) {', '.join(unknown)}; valid: {', '.join(accepted)}")
     for name, v in tiles.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidArgumentError(f"{op}: {name}={v!r}; tile overrides are ints")
+        if name in SWITCHES and v not in (0, 1):
+            raise InvalidArgumentError(f"{op}: {name}={v!r}; 0 or 1")
+        if name not in SWITCHES and v < 1:
             raise InvalidArgumentError(f"{op}: {name}={v!r}; tile overrides are ints >= 1")
 
 

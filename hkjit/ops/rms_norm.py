@@ -55,10 +55,8 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     arrays read per element (2 with a residual): on sm_90a the vector loads a thread has in
     flight count them all; `sm_threads`: on sm_90a the threads an SM must hold at once, which
     caps registers through min_blocks = sm_threads // threads)."""
+    check_ints(op, tiles, TILES)
     exact_override = tiles.get("exact")
-    if exact_override is not None and (isinstance(exact_override, bool) or exact_override not in (0, 1)):
-        raise InvalidArgumentError(f"{op}: exact={exact_override!r}; 0 or 1")
-    check_ints(op, {k: v for k, v in tiles.items() if k != "exact"}, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
     max_vec = max(1, min(16, p["align"]) // itemsize)
