@@ -150,13 +150,13 @@ struct fused_norm {
       hk::mul(bmean, bmean, rcp_n);
       ftile dev;
       hk::sub_row(dev, s, bmean);
-      hk::mul(dev, dev, dev);
+      hk::square(dev, dev);
       hk::row_sum(m2, dev);                         // 0 + part + delta^2 * 0 * w1 = part
       hk::mul(mean, bmean, w1);                     // 0 + delta * w1 (the 0 + keeps a -0 the same)
       hk::add(mean, mean, 0.0f);
     } else {
       ftile sq;
-      hk::mul(sq, s, s);
+      hk::square(sq, s);
       hk::row_sum(m2, sq);
     }
     rvec rstd;
@@ -225,7 +225,7 @@ struct fused_norm {
 #pragma unroll
           for (int i = 0; i < ftile::n_elems; ++i) {
             const int col = c0 + tile::col(i / (ROWS * VEC), i % VEC);
-            dev.set(i, col < a.cols ? dev.get(i) * dev.get(i) : 0.0f);
+            dev.set(i, col < a.cols ? hk::mul_rn(dev.get(i), dev.get(i)) : 0.0f);
           }
           hk::row_sum(part, dev);
           // Chan et al.'s combination, the division by a reciprocal (n = 0 on the first block: w
@@ -239,7 +239,7 @@ struct fused_norm {
           }
         } else {
           ftile sq;
-          hk::mul(sq, s, s);
+          hk::square(sq, s);
           hk::row_sum(part, sq);
           hk::add(m2, m2, part);                  // RMS: the sum of squares
         }

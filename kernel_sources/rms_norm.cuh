@@ -108,7 +108,7 @@ struct rms_norm {
     const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_row_stride, 1);
     ftile f, sq;
     hk::convert(f, x);
-    hk::mul(sq, f, f);
+    hk::square(sq, f);
     hk::row_vec<tile> ss;
     hk::row_sum(ss, sq);                            // run_general's 0 + part: the same (part >= +0)
     hk::mul(ss, ss, inv_hidden);
@@ -160,7 +160,7 @@ struct rms_norm {
         hk::load(x, gx, r0, c0);
         ftile sq;
         hk::convert(sq, x);
-        hk::mul(sq, sq, sq);
+        hk::square(sq, sq);
         hk::row_sum(part, sq);
         hk::add(ss, ss, part);
       }

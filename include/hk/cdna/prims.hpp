@@ -4,6 +4,7 @@
 //   WARP_THREADS, thread_id/lane_id/warp_id, sync_threads   threads and the block barrier
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
 //   fast_rcp                                                (v_rcp_f32 / rcp.approx)
+//   mul_rn                                                  a product never fused into a later add
 //   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
@@ -26,6 +27,15 @@ HK_INLINE float fast_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
 HK_INLINE int opaque(int x) { asm volatile("" : "+s"(x)); return x; }
 // v_rcp_f32: 1 ULP; rcp(inf) = 0, rcp(0) = inf.
 HK_INLINE float fast_rcp(float x) { return __builtin_amdgcn_rcpf(x); }
+// A rounded product that is never contracted with a later add into an fma (HIP compiles with
+// -ffp-contract=fast-honor-pragmas, and this pragma turns it off for the product). Whether
+// clang fuses x * x into the next add of a sum otherwise depends on what stands between them
+// (a select does not fuse, a plain add does), so two schedules of one formula could round
+// differently.
+HK_INLINE float mul_rn(float a, float b) {
+#pragma clang fp contract(off)
+  return a * b;
+}
 HK_INLINE float neg_inf() { return -__builtin_inff(); }
 HK_INLINE float fmax_f(float a, float b) { return __builtin_fmaxf(a, b); }
 

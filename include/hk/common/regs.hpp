@@ -89,6 +89,10 @@ HK_BINARY(div, x / y)
 HK_BINARY(max, fmax_f(x, y))
 #undef HK_BINARY
 
+// x * x rounded on its own (prims.hpp's mul_rn): a sum of squares then rounds the same in every
+// schedule of a kernel, whether or not the compiler could fuse the product into the sum.
+template <reg_data X> HK_INLINE void square(X& d, const X& a) { detail::map(d, a, [](float x) { return mul_rn(x, x); }); }
+
 // Fast hardware forms (one instruction per element; see prims.hpp for their accuracy).
 template <reg_data X> HK_INLINE void exp2(X& d, const X& a) { detail::map(d, a, [](float x) { return fast_exp2(x); }); }
 template <reg_data X> HK_INLINE void log2(X& d, const X& a) { detail::map(d, a, [](float x) { return fast_log2(x); }); }

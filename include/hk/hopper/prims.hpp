@@ -4,6 +4,7 @@
 //   WARP_THREADS, thread_id/lane_id/warp_id, sync_threads   threads and the block barrier
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
 //   fast_rcp                                                (v_rcp_f32 / rcp.approx)
+//   mul_rn                                                  a product never fused into a later add
 //   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16; 32 as two)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
@@ -26,6 +27,9 @@ HK_INLINE float fast_rsqrt(float x) { float y; asm("rsqrt.approx.ftz.f32 %0, %1;
 HK_INLINE int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
 // rcp.approx.ftz: 1 ULP; rcp(inf) = 0, rcp(0) = inf.
 HK_INLINE float fast_rcp(float x) { float y; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+// mul.rn: a rounded product the compiler never contracts with a later add into an fma, so a sum of
+// products gives the same bits whichever way the code around it is written (see cdna/prims.hpp).
+HK_INLINE float mul_rn(float a, float b) { float y; asm("mul.rn.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b)); return y; }
 HK_INLINE float neg_inf() { return bits_to_float(0xFF800000u); }
 HK_INLINE float fmax_f(float a, float b) { float y; asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b)); return y; }
 
