@@ -22,8 +22,14 @@ def _apply(base, changes):
     return out
 
 
+def _with_vopc_in_vop3(table):
+    """VOP3's opcodes 0x000-0x0ff are the VOPC ones in the 64-bit form; the generated tables leave them
+    out of VOP3 (the generator checks that they are exactly VOPC's)."""
+    return {**table, "VOP3": {**table["VOPC"], **table["VOP3"]}}
+
+
 # encoding family -> opcode -> mnemonic, per target (gfx950 is stored as its changes to gfx942)
-OPCODES = {"gfx942": GFX942, "gfx950": _apply(GFX942, GFX950_CHANGES)}
+OPCODES = {"gfx942": _with_vopc_in_vop3(GFX942), "gfx950": _with_vopc_in_vop3(_apply(GFX942, GFX950_CHANGES))}
 
 # VOP3 opcode ranges holding the promoted VOPC / VOP2 / VOP1 instructions
 VOP3_VOP2_BASE, VOP3_VOP1_BASE = 0x100, 0x140
