@@ -16,19 +16,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA 
 
 import hkjit  # noqa: E402
 from hkjit import launch, native  # noqa: E402
+from hkjit.bench.jit_overhead import cuda_randn, rope_angles  # noqa: E402
 from hkjit.errors import LaunchError  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
 
-def r(*shape, dtype=torch.bfloat16):
-    return torch.randn(*shape, device="cuda", dtype=dtype)
-
-
-def _angles(n, d):
-    a = torch.outer(torch.arange(n, device="cuda", dtype=torch.float32),
-                    1e4 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d))
-    return a.cos(), a.sin()
+r, _angles = cuda_randn, rope_angles
 
 
 # name -> inputs(): (args, kwargs) of hkjit.<name> (outputs allocated by the call)

@@ -192,17 +192,24 @@ def tvm_ffi_kernel():
 
 
 # --- every op on tiny inputs ------------------------------------------------------------------------
+def cuda_randn(*shape, dtype=None):
+    """Standard-normal values on the GPU, bf16 unless `dtype` says otherwise."""
+    import torch
+    return torch.randn(*shape, device="cuda", dtype=dtype or torch.bfloat16)
+
+
+def rope_angles(n, d):
+    """(cos, sin) of the usual rotary angles for n positions and head dim d, fp32 on the GPU."""
+    import torch
+    a = torch.outer(torch.arange(n, device="cuda", dtype=torch.float32),
+                    1e4 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d))
+    return a.cos(), a.sin()
+
+
 def op_cases(torch):
     """name -> (inputs() -> (args, kwargs), names of the out= keywords, torch eager function)."""
     F = torch.nn.functional
-
-    def r(*shape, dtype=torch.bfloat16):
-        return torch.randn(*shape, device="cuda", dtype=dtype)
-
-    def angles(n, d):
-        a = torch.outer(torch.arange(n, device="cuda", dtype=torch.float32),
-                        1e4 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d))
-        return a.cos(), a.sin()
+    r, angles = cuda_randn, rope_angles
 
     def rope_eager(x, cos, sin):
         h = x.shape[-1] // 2
