@@ -1,5 +1,7 @@
+import functools
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,25 @@ def editable_sources(monkeypatch, tmp_path):
     monkeypatch.setattr(spec_mod, "kernel_sources_dir", lambda: src)
     monkeypatch.setattr(spec_mod, "include_dir", lambda: inc)
     return src, inc
+
+
+def nvrtc_compile_spec(spec):
+    """NVRTC's compile of a planned sm_90a kernel (a hkjit.spec.KernelSpec): the CompileResult with the
+    cubin, the ptxas log, its figures in .meta (registers, spills, stack) and the PTX. Skips the calling
+    test where NVRTC is missing."""
+    from hkjit import compiler, spec as spec_mod
+    from hkjit.errors import CompilerNotFoundError
+    try:
+        comp = compiler.find_compiler(spec.target, "nvrtc")
+    except CompilerNotFoundError as e:
+        pytest.skip(f"NVRTC not available: {e}")
+    return comp.compile(spec_mod.render(spec), Path("kernel_unit.cu"), spec.target,
+                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_compile_op(op, **params):
+    """nvrtc_compile_spec of hkjit.ops.get(op).plan("sm_90a", **params), once per process (the static
+    tests of one op share their compiles)."""
+    import hkjit
+    return nvrtc_compile_spec(hkjit.ops.get(op).plan("sm_90a", **params).spec)

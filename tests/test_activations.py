@@ -5,17 +5,16 @@ poisoned outputs), bad input refused before anything compiles, static figures on
 import ctypes
 import functools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, interop, jit, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit import interop, jit
+from hkjit.errors import DTypeError, InvalidArgumentError
 from hkjit.ops import activations
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -183,21 +182,10 @@ def test_amd_static(cache_dir, arch, name, rows, cols, strided):
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_compile(name, rows, cols, strided):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, **_layout(strided)).spec
-    return comp.compile(spec_mod.render(spec), Path(f"{name}_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("name,rows,cols,strided", STATIC)
 def test_nvrtc_static(name, rows, cols, strided):
-    result = nvrtc_compile(name, rows, cols, strided)
+    result = nvrtc_compile_op(name, rows=rows, cols=cols, **_layout(strided))
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
     cfg = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, **_layout(strided)).config

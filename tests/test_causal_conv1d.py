@@ -5,18 +5,16 @@ x, both memory layouts, segments, halos that span lanes, the state shifted in pl
 poisoned; bad input refused before compiling; static figures on every target; a GPU run against
 torch (F.conv1d with groups=D; skipped without a GPU)."""
 import ctypes
-import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, jit, runtime, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit import jit, runtime
+from hkjit.errors import DTypeError, InvalidArgumentError
 from hkjit.ops import causal_conv1d as conv_mod
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -305,21 +303,10 @@ def test_amd_static_update(cache_dir, arch):
     assert report["kernarg_bytes"] >= ctypes.sizeof(conv_mod.UpdateArgs)
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_compile(op, **params):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get(op).plan("sm_90a", **params).spec
-    return comp.compile(spec_mod.render(spec), Path(f"{op}_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("params", STATIC)
 def test_nvrtc_static(params):
-    result = nvrtc_compile("causal_conv1d", **params)
+    result = nvrtc_compile_op("causal_conv1d", **params)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     if params.get("align", 16) == 16 and params.get("layout") != "bld":
         assert "ld.global.v4" in result.ptx and "st.global.v4" in result.ptx     # 16-byte accesses
@@ -327,7 +314,7 @@ def test_nvrtc_static(params):
 
 @needs_nvrtc
 def test_nvrtc_static_update():
-    result = nvrtc_compile("causal_conv1d_update", batch=64, dim=4096, state_len=3, activation="silu")
+    result = nvrtc_compile_op("causal_conv1d_update", batch=64, dim=4096, state_len=3, activation="silu")
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
 
 

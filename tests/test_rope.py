@@ -4,18 +4,15 @@ interleaved: pairs (2i, 2i + 1)), both layouts, partial rotary dims, positions, 
 outputs poisoned; bad input refused before compiling; static figures on every target; a GPU run
 against torch (skipped without a GPU)."""
 import ctypes
-import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit.errors import DTypeError, InvalidArgumentError
 from hkjit.ops import rope as rope_mod
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -192,21 +189,10 @@ def test_amd_static(cache_dir, arch, params):
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_compile(**params):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get("rope").plan("sm_90a", **params).spec
-    return comp.compile(spec_mod.render(spec), Path("rope_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("params", STATIC)
 def test_nvrtc_static(params):
-    result = nvrtc_compile(**params)
+    result = nvrtc_compile_op("rope", **params)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     if params.get("cos_dtype") == "bfloat16" or params.get("interleaved"):
         assert "ld.global.v4" in result.ptx                      # 16-byte x (and cos) accesses

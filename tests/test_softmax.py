@@ -3,18 +3,16 @@ float64 NumPy for both schedules (row in registers; row read twice with the onli
 NaN / +inf rows, strided rows and in place; bad input refused before compiling; static figures on
 every target; a GPU run against torch in float32 (skipped without a GPU)."""
 import ctypes
-import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, interop, jit, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit import interop, jit
+from hkjit.errors import DTypeError, InvalidArgumentError
 from hkjit.ops import softmax as softmax_mod
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -143,21 +141,10 @@ def test_amd_static(cache_dir, arch, rows, hidden, dtype):
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_compile(rows, hidden, dtype):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get("softmax").plan("sm_90a", rows=rows, hidden=hidden, dtype=dtype).spec
-    return comp.compile(spec_mod.render(spec), Path("softmax_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("rows,hidden,dtype", STATIC)
 def test_nvrtc_static(rows, hidden, dtype):
-    result = nvrtc_compile(rows, hidden, dtype)
+    result = nvrtc_compile_op("softmax", rows=rows, hidden=hidden, dtype=dtype)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
 

@@ -5,17 +5,16 @@ counts over the row when the boundary bin overflows its buffer); many ties, k = 
 n; outputs poisoned; bad input refused before anything compiles; static figures on every target;
 torch.topk on a Hopper GPU (skipped without one)."""
 import ctypes
-import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, interop, jit, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit import interop, jit
+from hkjit.errors import DTypeError, InvalidArgumentError
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -181,21 +180,10 @@ def test_amd_static(cache_dir, arch, rows, n, dtype):
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_ptx(rows, n, dtype):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get("topk").plan("sm_90a", rows=rows, n=n, dtype=dtype).spec
-    return comp.compile(spec_mod.render(spec), Path("topk_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("rows,n,dtype", BENCH_SHAPES)
 def test_nvrtc_static(rows, n, dtype):
-    result = nvrtc_ptx(rows, n, dtype)
+    result = nvrtc_compile_op("topk", rows=rows, n=n, dtype=dtype)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4.b32" in result.ptx
 
