@@ -83,8 +83,10 @@ def cmd_bench(args):
     from .bench import suite
     for name in args.ops:
         ops.get(name)   # an unknown op is an error, not an empty run
+    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip()) if args.sections else suite.SECTIONS
     suite.run(tuple(args.ops) or None, quick=args.quick, json_path=args.json, plot_dir=args.plot,
-              markdown_path=args.markdown, merge_paths=args.merge, gpu=not args.no_gpu)
+              markdown_path=args.markdown, merge_paths=args.merge, gpu=not args.no_gpu, sections=sections,
+              rounds=args.rounds)
     return 0
 
 
@@ -111,6 +113,10 @@ def build_parser():
     bench.add_argument("--merge", nargs="*", default=(), metavar="JSON",
                        help="take sections this run cannot measure from earlier --json results")
     bench.add_argument("--no-gpu", action="store_true", help="skip the GPU sections even if a GPU is present")
+    bench.add_argument("--sections", help="run only these, comma-separated: peers (each op against its peers, GPU), "
+                                          "jit (hot path and warm start, GPU), cold (cold compile), amd (AMD static "
+                                          "report and simulator); default: all")
+    bench.add_argument("--rounds", type=int, help="alternating rounds per shape for GEMM and attention (default 3)")
     bench.set_defaults(func=cmd_bench)
     try:
         from . import cli_deploy

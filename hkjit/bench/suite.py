@@ -10,6 +10,7 @@ report in docs/benchmarks.md).
 
 import datetime
 import importlib
+import inspect
 import json
 import platform
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from .. import api, ops, runtime
 from .._version import __version__
+from ..errors import InvalidArgumentError
 from . import cold_compile
 
 
@@ -56,10 +58,11 @@ def environment() -> dict:
     return env
 
 
-def static_amd(benches, quick) -> list:
-    """`hkjit inspect` figures of every op on gfx950 and gfx942, at the shapes its benchmark names."""
+def static_amd(benches, quick, names=None) -> list:
+    """`hkjit inspect` figures of the ops named (default: every op) on gfx950 and gfx942, at the shapes
+    their benchmarks name."""
     rows = []
-    for op in ops.names():
+    for op in names or ops.names():
         bench = benches.get(op)
         shapes = bench.static_shapes(quick) if bench and hasattr(bench, "static_shapes") else [ops.get(op).default_shape]
         for arch in ("gfx950", "gfx942"):
@@ -168,17 +171,55 @@ def merge(results: dict, paths) -> dict:
     return results
 
 
+def _amd_sections(results, benches, quick, names):
+    """The AMD static report and the simulator's checks, where an AMD compiler is present."""
+    missing = _amd_compiler_missing()
+    if missing:
+        _log(f"\nAMD static report and simulator skipped: no AMD compiler here ({missing})")
+        results["amd_skipped"] = missing
+        return
+    _log("\nAMD static report:")
+    results["static_amd"] = static_amd(benches, quick, names)
+    for r in results["static_amd"]:
+        _log(f"  {r}")
+    _log("\nSimulator:")
+    results["simulator"], results["simulator_speed"] = [], []
+    for bench in benches.values():
+        for r in bench.simulator_checks() if hasattr(bench, "simulator_checks") else ():
+            results["simulator"].append(r)
+            _log(f"  {r}")
+        for r in bench.simulator_speed() if hasattr(bench, "simulator_speed") else ():
+            results["simulator_speed"].append(r)
+            _log(f"  {r['op']} {r['device']} {r['shape']}: {r['seconds']:.2f} s, "
+                 f"{r['per_second']:,.0f} wave-instructions/s")
+
+
+# What `hkjit bench --sections` can name: the GPU sections (each op against its peers; the JIT's hot
+# path and warm start) and the ones that run anywhere (cold compile; AMD static report and simulator).
+SECTIONS = ("peers", "jit", "cold", "amd")
+
+
 def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=None, merge_paths=(),
-        gpu=True) -> dict:
+        gpu=True, sections=SECTIONS, rounds=None) -> dict:
+    """`rounds`: alternating rounds per shape for the benchmarks that take turns with their peers
+    (GEMM, attention; their default when None)."""
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise InvalidArgumentError(f"bench sections: unknown {', '.join(unknown)}; choose from {', '.join(SECTIONS)} "
+                                   "(--sections takes them comma-separated)")
+    if rounds is not None and (not isinstance(rounds, int) or rounds < 1):
+        raise InvalidArgumentError(f"bench rounds must be a whole number of at least 1, got {rounds!r}")
     results = {"env": environment()}
     _log(f"hkjit bench on {results['env'].get('device', 'no GPU (static AMD report and simulator only)')}")
     have_gpu = gpu and bool(runtime.gpu_count("cuda"))
     benches = op_benchmarks(names)
-    if have_gpu:
+    if have_gpu and "peers" in sections:
         for name, bench in benches.items():
             if hasattr(bench, "run"):
                 _log(f"\n{name} vs its peers:")
-                results[name] = bench.run(quick=quick, log=_log)
+                kw = {} if rounds is None or "rounds" not in inspect.signature(bench.run).parameters else {"rounds": rounds}
+                results[name] = bench.run(quick=quick, log=_log, **kw)
+    if have_gpu and "jit" in sections:
         from . import jit_overhead
         _log("\nJIT hot path:")
         results["hot_path_head_to_head"] = jit_overhead.head_to_head_rows(log=_log)
@@ -187,28 +228,12 @@ def run(names=None, quick=False, json_path=None, plot_dir=None, markdown_path=No
         imp, first, heavy = jit_overhead.warm_start()
         results["warm_start"] = {"import_ms": imp, "first_result_ms": first, "imported": heavy}
         _log(f"warm start: import {imp:.1f} ms, first result {first:.1f} ms (imported on the way: {heavy})")
-    _log("\nCold compile (python -m hkjit.bench.cold_compile):")
-    results["cold_compile"] = cold_compile.cold_compile(names, log=_log)
-    results["cold_breakdown"] = cold_compile.breakdown(log=_log)
-    missing = _amd_compiler_missing()
-    if missing:
-        _log(f"\nAMD static report and simulator skipped: no AMD compiler here ({missing})")
-        results["amd_skipped"] = missing
-    else:
-        _log("\nAMD static report:")
-        results["static_amd"] = static_amd(benches, quick)
-        for r in results["static_amd"]:
-            _log(f"  {r}")
-        _log("\nSimulator:")
-        results["simulator"], results["simulator_speed"] = [], []
-        for name, bench in benches.items():
-            for r in bench.simulator_checks() if hasattr(bench, "simulator_checks") else ():
-                results["simulator"].append(r)
-                _log(f"  {r}")
-            for r in bench.simulator_speed() if hasattr(bench, "simulator_speed") else ():
-                results["simulator_speed"].append(r)
-                _log(f"  {r['op']} {r['device']} {r['shape']}: {r['seconds']:.2f} s, "
-                     f"{r['per_second']:,.0f} wave-instructions/s")
+    if "cold" in sections:
+        _log("\nCold compile (python -m hkjit.bench.cold_compile):")
+        results["cold_compile"] = cold_compile.cold_compile(names, log=_log)
+        results["cold_breakdown"] = cold_compile.breakdown(log=_log)
+    if "amd" in sections:
+        _amd_sections(results, benches, quick, names)
     merge(results, merge_paths)
     plots = []
     if plot_dir:
