@@ -2,7 +2,7 @@
 
 Registers, LDS/shared memory, spills and occupancy come from the code object itself; the
 instruction mix comes from a disassembler when one is installed (llvm-objdump for AMD,
-cuobjdump for NVIDIA) and is left out otherwise.
+cuobjdump for NVIDIA: on PATH or from `pip install nvidia-cuda-cuobjdump`) and is left out otherwise.
 """
 
 import collections
@@ -113,8 +113,22 @@ def amd_occupancy(target, vgprs, agprs, lds_bytes, waves_per_block) -> dict:
     return {"waves_per_simd": blocks * waves_per_block / 4, "blocks_per_cu": blocks}
 
 
+def nvidia_tool(name: str) -> str | None:
+    """Path of an NVIDIA binary utility (cuobjdump, nvdisasm): on PATH, else where its pip package
+    (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) put it, found through cuda-pathfinder (installed with
+    cuda-bindings); None where neither has it."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+        return find_nvidia_binary_utility(name) or None
+    except Exception:   # no cuda-pathfinder, or it does not know the utility: treated as absent
+        return None
+
+
 def nvidia_instruction_mix(code: bytes) -> dict | None:
-    tool = shutil.which("cuobjdump")
+    tool = nvidia_tool("cuobjdump")
     if tool is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:

@@ -84,3 +84,20 @@ def nvrtc_compile_op(op, **params):
     tests of one op share their compiles)."""
     import hkjit
     return nvrtc_compile_spec(hkjit.ops.get(op).plan("sm_90a", **params).spec)
+
+
+def _sass_tool():
+    from hkjit import static
+    return static.nvidia_tool("cuobjdump")
+
+
+needs_sass = pytest.mark.skipif(_sass_tool() is None,
+                                reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+
+
+def sass(code: bytes, tmp_path) -> str:
+    """cuobjdump's SASS of a cubin (tests marked needs_sass)."""
+    import subprocess
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(code)
+    return subprocess.run([_sass_tool(), "--dump-sass", str(path)], capture_output=True, text=True, check=True).stdout

@@ -11,9 +11,12 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from hkjit import compiler, spec as spec_mod, targets  # noqa: E402
+import hkjit  # noqa: E402
+from hkjit import compiler, spec as spec_mod, static, targets  # noqa: E402
 from hkjit.errors import CompilerNotFoundError, InvalidArgumentError  # noqa: E402
 from hkjit.ops import _hopper_gemm as hg  # noqa: E402
+
+from conftest import needs_nvrtc, needs_sass  # noqa: E402
 
 SMS = 132
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (128, 8192, 8192), (16, 4096, 4096), (1, 1, 1),
@@ -154,3 +157,17 @@ def test_make_args_uses_tensor_map_encoder():
     assert calls[1] == (0x20000, (8192, 8192), 16384, (64, 64), 128)      # B: N-major box 64 x BK
     raw = bytes(g)
     assert raw[:128] == bytes(range(128)) and g.M == 8192 and g.alpha == 2.0
+
+
+@needs_nvrtc
+@needs_sass
+def test_inspect_reports_the_sass_instruction_mix(cache_dir):
+    """`hkjit inspect gemm --arch sm_90a` counts the SASS (cuobjdump, found on PATH or from its pip
+    package): the main loop's wgmma and TMA loads are there."""
+    report = hkjit.inspect("gemm", "sm_90a", m=512, n=512, k=512)
+    mix = report["instruction_mix"]["classes"]
+    assert mix["HGMMA"] > 0 and mix["UTMALDG"] > 0, mix
+
+
+def test_a_missing_nvidia_tool_is_none():
+    assert static.nvidia_tool("hkjit-no-such-tool") is None
