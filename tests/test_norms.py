@@ -4,18 +4,15 @@ with a large mean, a row longer than the tile's columns, in place, poisoned outp
 mask the same on every target and schedule, p = 0 equal to add + layer_norm, the kept fraction
 within a binomial bound; bad input refused before compiling; static figures; GPU against torch."""
 import ctypes
-import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hkjit
-from hkjit import compiler, spec as spec_mod, targets
-from hkjit.errors import CompilerNotFoundError, DTypeError, InvalidArgumentError
+from hkjit.errors import DTypeError, InvalidArgumentError
 from hkjit.ops import norms as norms_mod
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, nvrtc_compile_op
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 rng = np.random.default_rng()
@@ -194,23 +191,24 @@ def test_amd_static(cache_dir, arch, op, rows, hidden, dtype):
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
 
 
-@functools.lru_cache(maxsize=None)
-def nvrtc_compile(op, rows, hidden, dtype):
-    try:
-        comp = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc")
-    except CompilerNotFoundError as e:
-        pytest.skip(f"NVRTC not available: {e}")
-    spec = hkjit.ops.get(op).plan("sm_90a", rows=rows, hidden=hidden, dtype=dtype).spec
-    return comp.compile(spec_mod.render(spec), Path("norm_unit.cu"), spec.target,
-                        [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("op,rows,hidden,dtype", STATIC)
 def test_nvrtc_static(op, rows, hidden, dtype):
-    result = nvrtc_compile(op, rows, hidden, dtype)
+    result = nvrtc_compile_op(op, rows=rows, hidden=hidden, dtype=dtype)
     assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
     assert "ld.global.v4" in result.ptx and "st.global.v4" in result.ptx
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("op", ["layer_norm", "add_rms_norm", "dropout_add_layer_norm"])
+@pytest.mark.parametrize("hidden,dtype", [(512, "bfloat16"), (768, "bfloat16"), (1024, "bfloat16"),
+                                          (2048, "bfloat16"), (1024, "float32")])
+def test_nvrtc_default_schedules_do_not_spill_at_model_widths(op, hidden, dtype):
+    """The sm_90a default schedule of each fused norm at the hidden sizes of common models: no spill
+    under the register cap (LayerNorm at 1024 bf16 columns, exact rows of 32 elements a thread,
+    spilled 980 bytes before the exact path was limited to 16 and the row group widened)."""
+    result = nvrtc_compile_op(op, rows=4096, hidden=hidden, dtype=dtype)
+    assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
 
 
 # --- on the GPU --------------------------------------------------------------------------------

@@ -62,9 +62,12 @@ class NormOp(Op):
         # Row elements a thread keeps: the fp32 sum (32), and with dropout 16, as the mask's hashes
         # took 142 registers on sm_90a at 32 (one 256-thread block per SM: 61% of copy). On sm_90a
         # x and the residual both count as loads in flight, and the registers are capped so that
-        # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md).
+        # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md). LayerNorm
+        # also holds the squared deviations: under that cap, 32 elements a thread in a row group of a
+        # warp (1024 bf16 columns) spilled 32 bytes (NVRTC 13), 24 none; the group widens instead.
         cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32,
-                        inputs=2 if self.residual else 1, sm_threads=SM_THREADS)
+                        inputs=2 if self.residual else 1, sm_threads=SM_THREADS,
+                        warp_row_elems=24 if self.layer and not self.residual else None)
         bias = p.get("bias", False)
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "

@@ -34,6 +34,7 @@ from ._rowwise import alignment, cdiv, check_ints, pow2_at_least, rows_of
 SOURCE = "rms_norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
 TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks", "min_blocks", "exact")
+EXACT_MAX_ELEMS = 16                # row elements a thread may hold on the exact path by default
 MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 MAX_HIDDEN = 65536
 CHUNKS_TARGET = 4                   # vector pieces per thread and row: bytes in flight
@@ -48,13 +49,15 @@ class Args(ctypes.Structure):
                 ("rows", ctypes.c_int), ("hidden", ctypes.c_int), ("eps", ctypes.c_float)]
 
 
-def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_threads=0) -> Config:
+def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_threads=0, warp_row_elems=None) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
     fused norms' (hkjit/ops/norms.py: `op` names them in errors; `max_elems` caps the row
     elements a thread keeps in registers: they keep fp32 rows and more per element; `inputs`, the
     arrays read per element (2 with a residual): on sm_90a the vector loads a thread has in
     flight count them all; `sm_threads`: on sm_90a the threads an SM must hold at once, which
-    caps registers through min_blocks = sm_threads // threads)."""
+    caps registers through min_blocks = sm_threads // threads; `warp_row_elems`: on sm_90a, the
+    most row elements a thread of a row group no wider than a warp keeps by default, the group
+    widening instead)."""
     check_ints(op, tiles, TILES)
     exact_override = tiles.get("exact")
     itemsize = DTYPES[p["dtype"]].itemsize
@@ -79,6 +82,9 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     if few:
         per_thread = 1
     row_threads = tiles.get("row_threads", min(1024, pow2_at_least(cdiv(chunks_needed, per_thread))))
+    if target.is_nvidia and warp_row_elems and not {"row_threads", "chunks"} & set(tiles):
+        while row_threads <= warp and cdiv(chunks_needed, row_threads) * vec > warp_row_elems:
+            row_threads *= 2
     if row_threads > warp and row_threads % warp:
         raise InvalidArgumentError(f"{op}: row_threads={row_threads}; a power of two up to {warp} or a "
                                    f"multiple of the {warp}-thread warp/wave")
@@ -113,8 +119,13 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     # weight in registers across rows (kernel_sources/rms_norm.cuh, EXACT). Default on sm_90a for
     # rows shorter than a warp's worth of pieces, where the per-row instructions, not the bytes,
     # set the time (H100: docs/notes/rms_norm.md); CDNA keeps the general path (not measured).
+    # Not past 16 elements a thread: the weight (and bias) it keeps as fp32 doubles (triples) what
+    # a thread holds, and LayerNorm at 1024 columns (32 a thread) spilled 980 bytes under its
+    # register cap; rms_norm 4096 x 1024 also measured faster on the general path (H100, 10.5 against
+    # 10.9 µs; docs/notes/rms_norm.md).
     fits = p["hidden"] == row_threads * vec * chunks
-    exact = int(fits and target.is_nvidia and row_threads <= warp) if exact_override is None else exact_override
+    exact = (int(fits and target.is_nvidia and row_threads <= warp and vec * chunks <= EXACT_MAX_ELEMS)
+             if exact_override is None else exact_override)
     if exact and not fits:
         raise InvalidArgumentError(f"{op}: exact={exact}; 0, or 1 when hidden ({p['hidden']}) equals "
                                    f"row_threads * vec * chunks ({row_threads * vec * chunks})")
