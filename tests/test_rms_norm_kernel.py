@@ -9,8 +9,6 @@
 """
 import ctypes
 import functools
-import shutil
-import subprocess
 from pathlib import Path
 
 import ml_dtypes
@@ -20,7 +18,7 @@ import pytest
 from hkjit import cache, codeobj, compiler, jit, runtime, spec as spec_mod, static, targets
 from hkjit.errors import CompilerNotFoundError
 
-from conftest import HAVE_GPU, needs_clang, needs_nvrtc
+from conftest import HAVE_GPU, needs_clang, needs_nvrtc, needs_sass, sass
 
 CPP = {"float32": "float", "bfloat16": "hk::bf16", "float16": "hk::half"}
 NP = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -197,14 +195,11 @@ def test_nvrtc_static(config):
 
 
 @needs_nvrtc
-@pytest.mark.skipif(shutil.which("cuobjdump") is None or shutil.which("nvdisasm") is None,
-                    reason="cuobjdump / nvdisasm not installed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+@needs_sass
 @pytest.mark.parametrize("config", ["h128", "h8192", "h65536_fp32"])
 def test_sass_has_16_byte_accesses(config, tmp_path):
-    path = tmp_path / "rms_norm.cubin"
-    path.write_bytes(nvrtc_compile(*PRODUCTION[config]).code)
-    sass = subprocess.run(["cuobjdump", "--dump-sass", str(path)], capture_output=True, text=True, check=True).stdout
-    assert "LDG.E.128" in sass and "STG.E.128" in sass
+    text = sass(nvrtc_compile(*PRODUCTION[config]).code, tmp_path)
+    assert "LDG.E.128" in text and "STG.E.128" in text
 
 
 def test_args_layout_matches_the_documented_contract():
