@@ -112,3 +112,20 @@ def check_grads(grads, refs, what, tol=1e-2, floor=1e-3):
         err = torch.linalg.norm(g.float() - r.float()).item()
         bound = tol * max(norm, floor * r.numel() ** 0.5)
         assert err <= bound, f"{what} {name}: error {err:.2e}, reference norm {norm:.2e} (bound {bound:.2e})"
+
+
+def varlen_inputs(d, heads=6, kv_heads=2):
+    """Packed varlen q, k, v (bf16 on the GPU) with ragged lengths 1..4097, N_q != N_k within a
+    sequence, and their int32 cu_seqlens: (lq, lk, cq, ck, q, k, v)."""
+    import torch
+    lq, lk = [1, 4097, 300, 64, 1000, 7], [5, 4097, 17, 64, 2000, 1]
+    cq = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lq), heads, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(sum(lk), kv_heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return lq, lk, cq, ck, q, k, v
+
+
+def varlen_sequence(x, rows):
+    """Sequence `rows` (a slice of the packed rows) of packed (total, H, D) as (1, H, n, D)."""
+    return x[rows].transpose(0, 1)[None]

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from attention_reference import check_grads, torch_reference_backward
+from attention_reference import check_grads, torch_reference_backward, varlen_inputs, varlen_sequence
 from conftest import HAVE_GPU
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")]
@@ -76,11 +76,7 @@ def test_four_byte_aligned_rows(d):
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
 def test_varlen_lengths(d, causal):
     import torch
-    lq, lk = [1, 4097, 300, 64, 1000, 7], [5, 4097, 17, 64, 2000, 1]
-    cq = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32, device="cuda")
-    ck = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32, device="cuda")
-    q = torch.randn(sum(lq), 6, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(sum(lk), 2, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lq, lk, cq, ck, q, k, v = varlen_inputs(d)
     do = torch.randn_like(q)
     kw = dict(causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck)
     o, lse = hkjit.attention(q, k, v, return_lse=True, **kw)
@@ -90,7 +86,7 @@ def test_varlen_lengths(d, causal):
     assert all(torch.equal(g, a) for g, a in zip(grads, again)), "two runs differ: not deterministic"
     for i in range(len(lq)):
         sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
-        seq = lambda x, s: x[s].transpose(0, 1)[None]  # noqa: E731
+        seq = varlen_sequence
         refs = torch_reference_backward(seq(q, sq), seq(k, sk), seq(v, sk), seq(do, sq), causal, 1 / math.sqrt(d))
         check_grads([seq(grads[0], sq), seq(grads[1], sk), seq(grads[2], sk)], refs, f"varlen sequence {i}")
 

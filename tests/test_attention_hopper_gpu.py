@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from attention_reference import check_torch, torch_reference
+from attention_reference import check_torch, torch_reference, varlen_inputs, varlen_sequence
 from conftest import HAVE_GPU
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")]
@@ -52,16 +52,12 @@ def test_four_byte_aligned_rows(d):
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
 def test_varlen_lengths(d, causal):
     import torch
-    lq, lk = [1, 4097, 300, 64, 1000, 7], [5, 4097, 17, 64, 2000, 1]
-    cq = torch.tensor([0] + list(torch.tensor(lq).cumsum(0)), dtype=torch.int32, device="cuda")
-    ck = torch.tensor([0] + list(torch.tensor(lk).cumsum(0)), dtype=torch.int32, device="cuda")
-    q = torch.randn(sum(lq), 6, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(sum(lk), 2, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lq, lk, cq, ck, q, k, v = varlen_inputs(d)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((6, sum(lq)), float("nan"), device="cuda")
     hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse)
     for i in range(len(lq)):
         sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
-        ref_o, ref_lse = torch_reference(q[sq].transpose(0, 1)[None], k[sk].transpose(0, 1)[None],
-                                    v[sk].transpose(0, 1)[None], causal, 1 / math.sqrt(d))
-        check_torch(out[sq].transpose(0, 1)[None], lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
+        seq = varlen_sequence
+        ref_o, ref_lse = torch_reference(seq(q, sq), seq(k, sk), seq(v, sk), causal, 1 / math.sqrt(d))
+        check_torch(seq(out, sq), lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
