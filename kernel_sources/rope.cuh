@@ -82,10 +82,15 @@ struct rope {
   static_assert(ROW_THREADS <= hk::WARP_THREADS && THREADS % ROW_THREADS == 0, "ROW_THREADS: up to a warp");
   static_assert(!INTERLEAVED || VEC % 2 == 0, "interleaved pairs need an even VEC");
 
-  // y = x c - x' s for the first of a pair, x c + x' s for the second (sign -1 / +1).
+  // y = x c - x' s for the first of a pair, x c + x' s for the second (sign -1 / +1), rounded in
+  // one fixed order (x' s on its own, then one fma): left to the compiler, which product it fuses
+  // depends on the code around it, and the exact and general paths would differ in the last bit.
+  HK_INLINE static float rotate1(float x, float x2, float c, float s, float sign) {
+    return hk::fma_rn(x, c, sign * hk::mul_rn(x2, s));
+  }
   HK_INLINE static void rotate(fx& out, const fx& a, const fx& b, const fc& c, const fc& s, float sign) {
 #pragma unroll
-    for (int i = 0; i < fx::n_elems; ++i) out.set(i, a.get(i) * c.get(i) + sign * b.get(i) * s.get(i));
+    for (int i = 0; i < fx::n_elems; ++i) out.set(i, rotate1(a.get(i), b.get(i), c.get(i), s.get(i), sign));
   }
 
   __device__ static void run(const args& a) {
@@ -124,8 +129,8 @@ struct rope {
 #pragma unroll
           for (int i = 0; i < fx::n_elems; i += 2) {
             const float c = cf.get(i / 2) + nan_if_bad, s = sf.get(i / 2);
-            o.set(i, f.get(i) * c - f.get(i + 1) * s);
-            o.set(i + 1, f.get(i + 1) * c + f.get(i) * s);
+            o.set(i, rotate1(f.get(i), f.get(i + 1), c, s, -1.0f));
+            o.set(i + 1, rotate1(f.get(i + 1), f.get(i), c, s, 1.0f));
           }
           if (EXACT || c0 + COLS <= rot) {
             hk::store<EXACT>(gy, o, 0, c0);

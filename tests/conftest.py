@@ -1,9 +1,39 @@
 import functools
 import os
+import secrets
 import shutil
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+# Tests draw fresh random inputs every run. The draws of a test module's `rng` come from this seed
+# and the test's id, so a failure seen once (in CI, say) repeats with HKJIT_TEST_SEED=<seed> and
+# that one test: the seed is printed in the report header and beside every failure.
+TEST_SEED = int(os.environ.get("HKJIT_TEST_SEED") or secrets.randbits(32))
+
+
+def pytest_report_header(config):
+    return f"hkjit test seed: {TEST_SEED} (HKJIT_TEST_SEED={TEST_SEED} repeats this run's random inputs)"
+
+
+@pytest.fixture(autouse=True)
+def _reproducible_module_rng(request):
+    """Reseeds the test module's `rng` (a numpy Generator, if it has one) from TEST_SEED and the
+    test's id, so each test's inputs depend on nothing that ran before it."""
+    module = request.module
+    if isinstance(getattr(module, "rng", None), np.random.Generator):
+        module.rng = np.random.default_rng([TEST_SEED, zlib.crc32(request.node.nodeid.encode())])
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("hkjit test seed", f"rerun with HKJIT_TEST_SEED={TEST_SEED} pytest '{item.nodeid}'"))
 
 
 def _clang_ok():

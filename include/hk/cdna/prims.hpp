@@ -5,6 +5,7 @@
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
 //   fast_rcp                                                (v_rcp_f32 / rcp.approx)
 //   mul_rn                                                  a product never fused into a later add
+//   fma_rn                                                  a * b + c rounded once
 //   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
@@ -36,6 +37,9 @@ HK_INLINE float mul_rn(float a, float b) {
 #pragma clang fp contract(off)
   return a * b;
 }
+// a * b + c rounded once, whatever the code around it: with mul_rn, a formula such as
+// a c - b s can be pinned to one rounding order (fma_rn(a, c, -mul_rn(b, s))) in every schedule.
+HK_INLINE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 HK_INLINE float neg_inf() { return -__builtin_inff(); }
 HK_INLINE float fmax_f(float a, float b) { return __builtin_fmaxf(a, b); }
 

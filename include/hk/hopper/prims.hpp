@@ -5,6 +5,7 @@
 //   fast_exp2 / fast_log2 / fast_rsqrt / neg_inf / fmax_f  one hardware instruction each
 //   fast_rcp                                                (v_rcp_f32 / rcp.approx)
 //   mul_rn                                                  a product never fused into a later add
+//   fma_rn                                                  a * b + c rounded once
 //   opaque                                                  an int the compiler cannot see through
 //   detail::ld_global<B> / st_global<B>                     B-byte global accesses (2..16; 32 as two)
 //   detail::lane_allreduce<N, Op>                           a reduction over N adjacent lanes
@@ -30,6 +31,8 @@ HK_INLINE float fast_rcp(float x) { float y; asm("rcp.approx.ftz.f32 %0, %1;" : 
 // mul.rn: a rounded product the compiler never contracts with a later add into an fma, so a sum of
 // products gives the same bits whichever way the code around it is written (see cdna/prims.hpp).
 HK_INLINE float mul_rn(float a, float b) { float y; asm("mul.rn.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b)); return y; }
+// a * b + c rounded once (see cdna/prims.hpp).
+HK_INLINE float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 HK_INLINE float neg_inf() { return bits_to_float(0xFF800000u); }
 HK_INLINE float fmax_f(float a, float b) { float y; asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b)); return y; }
 
