@@ -20,21 +20,37 @@
 // Loads are plain vector loads (any (batch, head, row) strides, varlen offsets) into the swizzled
 // layout wgmma reads; rows past the sequence read as zero. Causal blocks past the diagonal of the
 // block's last row are never loaded.
+//
+// Variants (compile-checked; docs/notes/attention_hopper.md, "Variants prepared"):
+//   OVERLAP  the wait that retires O += P_(j-1) V_(j-1) moves from after block j's softmax to the top
+//            of iteration j + 1, after the stage wait: ptxas hoists a wgmma wait to the top of its
+//            basic block, and only there does the softmax stay under the product. It holds stages
+//            j - 2 and j - 1 while it waits for stage j, so it needs STAGES >= 3.
+//   TMA      one thread of the producer streams K and V with cp.async.bulk.tensor (4D maps over
+//            (D, rows, kv heads, batch) with the caller's strides, 128-byte swizzle: the layout the
+//            consumers read), completion counted in bytes on full[s]; rows past n_k come back as
+//            zeros (out-of-bounds fill), as the plain loads write them. Dense batches only (packed
+//            varlen rows run on into the next sequence). The producer keeps 24 registers.
 #include "attention_hopper_common.cuh"
 
-template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG>
+template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
+          bool OVERLAP = false, bool TMA = false>
 struct attention_fwd_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BKV == 64 || BKV == 128, "KV block: 64 or 128 keys");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
   static_assert(STAGES >= 2, "the one-block-deep pipeline holds stage j - 1 while it waits for stage j");
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");
+  static_assert(!OVERLAP || STAGES >= 3, "the loop-top wait holds stages j - 2 and j - 1 while it waits for stage j");
+  static_assert(!(TMA && VARLEN), "TMA streams dense (batch, head) views; packed rows run into the next sequence");
   static constexpr int BQ = CONSUMERS * 64;                  // query rows per block
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
-  // Registers (attention_hopper_common.cuh): 2 consumers get 216 each, the producer 72.
-  static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::PRODUCER;
-  static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 72>::CONSUMER;
+  // Registers (attention_hopper_common.cuh): 2 consumers get 216 each and the producer 72 with plain
+  // loads; with TMA the producer keeps 24 and the consumers get 240.
+  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA ? 24 : 72>;
+  static constexpr int PRODUCER_REGS = split::PRODUCER;
+  static constexpr int CONSUMER_REGS = split::CONSUMER;
 
   using q_t = hk::st<T, 64, D>;                // Q: 64 rows x D (K-major A operand of Q K^T)
   using k_t = hk::st<T, BKV, D>;               // K: keys x D (K-major B operand of Q K^T)
@@ -48,15 +64,18 @@ struct attention_fwd_hopper {
                                       2 * STAGES * 8;
   static constexpr int SCHED_BARRIER = 3;      // + consumer: "your turn to issue" (ids 1, 2: the Q fences)
 
-  // ---- arguments (mirrored by hkjit/ops/_hopper_attention_fwd.py: Args) ---------------------------
-  struct args {
+  // ---- arguments (mirrored by hkjit/ops/_hopper_attention_fwd.py: Args, TmaArgs) ------------------
+  // TMA: the K and V tensor maps come first (64-byte aligned); plain loads: no maps, 200 bytes.
+  struct no_maps {};
+  struct kv_maps { hk::tma_desc k_map, v_map; };   // (D, n_k, kv_heads, batch), box (64, BKV, 1, 1)
+  struct args : hk::conditional_t<TMA, kv_maps, no_maps> {
     const T* q; const T* k; const T* v; T* o; float* lse;
     const int* cu_seqlens_q; const int* cu_seqlens_k;
     long long q_sb, q_sh, q_sr, k_sb, k_sh, k_sr, v_sb, v_sh, v_sr, o_sb, o_sh, o_sr, lse_sb, lse_sh, lse_sr;
     int batch, heads, kv_heads, n_q, n_k;
     float scale_log2;          // softmax scale * log2(e)
   };
-  static_assert(sizeof(args) == 200, "args layout is mirrored in Python");
+  static_assert(sizeof(args) == (TMA ? 512 : 200), "args layout is mirrored in Python");
 
   using seq_t = hkjit_attn_hopper::seq_t;
   // KV blocks the block's query rows [row0, row0 + BQ) need: causal stops after the last row's diagonal.
@@ -77,6 +96,29 @@ struct attention_fwd_hopper {
   }
 
   // ---- producer ------------------------------------------------------------------------------------
+  // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it waits
+  // for the stage to be free, announces the stage's bytes on full[s] (its one arrival) and issues
+  // D / 64 copies for K and as many for V, one per 64-column swizzle chunk of the tile.
+  static __device__ void produce_tma(const args& g, int blocks, stage_t* ring, hk::mbarrier* full,
+                                     hk::mbarrier* empty) {
+    const int b = blockIdx.z, hk_ = blockIdx.y / (g.heads / g.kv_heads);
+    hk::tma::prefetch(g.k_map);
+    hk::tma::prefetch(g.v_map);
+    int st = 0, phase = 0;
+#pragma unroll 1
+    for (int j = 0; j < blocks; ++j) {                // (not unrolled: 2 D / 64 copies per KV block in the SASS)
+      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
+      stage_t& x = ring[st];
+      hk::arrive_expect_tx(full[st], sizeof(stage_t));
+#pragma unroll
+      for (int c = 0; c < k_t::chunks; ++c) {
+        hk::tma::load_async(x.k.chunk(c), g.k_map, c * k_t::chunk_cols, j * BKV, hk_, b, full[st]);
+        hk::tma::load_async(x.v.chunk(c), g.v_map, c * v_t::chunk_cols, j * BKV, hk_, b, full[st]);
+      }
+      if (++st == STAGES) { st = 0; phase ^= 1; }
+    }
+  }
+
   static __device__ void produce(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
                                  hk::mbarrier* empty) {
     const int b = blockIdx.z, h = blockIdx.y, hk_ = h / (g.heads / g.kv_heads);
@@ -164,7 +206,7 @@ struct attention_fwd_hopper {
     const float sl2 = g.scale_log2;
     p_t p;
     s_t sc;
-    int st = 0, phase = 0;
+    int st = 0, phase = 0, prev = 0;
     if (blocks > 0) {
       hk::wait(full[0], 0);
       turn_wait(consumer);
@@ -173,12 +215,23 @@ struct attention_fwd_hopper {
       hk::mma_wait<0>();
       hk::fence_operand(sc);
       softmax(sc, 0, s, row0, sl2, m, l, alpha);
-      hk::pack_a(p, sc);
+      if constexpr (!OVERLAP) hk::pack_a(p, sc);
     }
+    // OVERLAP, iteration j: wait for stage j, retire O += P_(j-2) V_(j-2) (it ran under block j - 1's
+    // softmax) and release its stage, pack P_(j-1), then as below. The retiring wait sits after the
+    // stage wait (a spin loop ptxas does not hoist across), not after the softmax.
     for (int j = 1; j < blocks; ++j) {
-      const int prev = st;
+      const int prev2 = prev;                                 // (OVERLAP) the stage of block j - 2
+      prev = st;
       if (++st == STAGES) { st = 0; phase ^= 1; }
       hk::wait(full[st], phase);
+      if constexpr (OVERLAP) {
+        hk::mma_wait<0>();                                    // P_(j-2) V_(j-2) is done
+        hk::fence_operand(o);
+        hk::fence_operand(p);
+        if (j >= 2 && warp_leader) hk::arrive(empty[prev2]);  // this warp's reads of stage j - 2 are done
+        hk::pack_a(p, sc);                                    // P_(j-1)
+      }
       turn_wait(consumer);
       hk::mma_ABt(sc, mine.q, ring[st].k, false);             // S_j
       rescale(o, alpha);                                      // O to block j - 1's max, then
@@ -187,16 +240,25 @@ struct attention_fwd_hopper {
       hk::mma_wait<1>();                                      // S_j is in; P V still running
       hk::fence_operand(sc);
       softmax(sc, j, s, row0, sl2, m, l, alpha);
-      // (ptxas 13.5 hoists this wait to the top of its basic block, ahead of the max and the
-      // exponentials, so the overlap inside the warpgroup is lost; the two consumers' ping-pong
-      // still overlaps one's softmax with the other's products. docs/notes/attention_hopper.md.)
-      hk::mma_wait<0>();
-      hk::fence_operand(o);
-      hk::fence_operand(p);
-      if (warp_leader) hk::arrive(empty[prev]);               // this warp's wgmma reads of stage j - 1 are done
-      hk::pack_a(p, sc);
+      if constexpr (!OVERLAP) {
+        // (ptxas 13.5 hoists this wait to the top of its basic block, ahead of the max and the
+        // exponentials, so the overlap inside the warpgroup is lost; the two consumers' ping-pong
+        // still overlaps one's softmax with the other's products. docs/notes/attention_hopper.md.)
+        hk::mma_wait<0>();
+        hk::fence_operand(o);
+        hk::fence_operand(p);
+        if (warp_leader) hk::arrive(empty[prev]);             // this warp's wgmma reads of stage j - 1 are done
+        hk::pack_a(p, sc);
+      }
     }
     if (blocks > 0) {
+      if constexpr (OVERLAP) {                                // retire the last product in flight, pack P_last
+        hk::mma_wait<0>();
+        hk::fence_operand(o);
+        hk::fence_operand(p);
+        if (blocks >= 2 && warp_leader) hk::arrive(empty[prev]);
+        hk::pack_a(p, sc);
+      }
       rescale(o, alpha);
       hk::mma_AB(o, p, ring[st].v, true);
       hk::mma_wait<0>();
@@ -246,7 +308,7 @@ struct attention_fwd_hopper {
     if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], hk::WARPGROUP_THREADS);
+        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes
         hk::init(empty[i], CONSUMERS * 4);             // one arrival per consumer warp
       }
       hk::fence_barrier_init();
@@ -256,7 +318,11 @@ struct attention_fwd_hopper {
     const int wg = hk::warpgroup_id();
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
-      produce(g, s, blocks, ring, full, empty);
+      if constexpr (TMA) {
+        if (hk::warpgroup_thread() == 0) produce_tma(g, blocks, ring, full, empty);
+      } else {
+        produce(g, s, blocks, ring, full, empty);
+      }
     } else {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();   // (one consumer has them all)
       consume(g, s, blocks, ring, cons[wg], full, empty, wg);

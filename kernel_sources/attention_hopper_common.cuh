@@ -8,9 +8,10 @@
 namespace hkjit_attn_hopper {
 
 // Registers: the producer warpgroup keeps PRODUCER_REGS for its batched loads and address
-// arithmetic and gives the rest to the consumers (setmaxnreg). The forward's producer keeps 72 (56
-// spilled at D64 / block_kv 64), its consumers get 216; the backward's keeps 56, its consumers get
-// 224 (dK, dV, S^T, dP^T: 192 accumulator registers at D128).
+// arithmetic and gives the rest to the consumers (setmaxnreg). The forward's producer keeps 72 with
+// plain loads (56 spilled at D64 / block_kv 64), its consumers get 216; with TMA (one thread issues
+// the copies) it keeps 24 and its consumers get 240, the most setmaxnreg gives. The backward's keeps
+// 56, its consumers get 224 (dK, dV, S^T, dP^T: 192 accumulator registers at D128).
 template <int CONSUMERS, int PRODUCER_REGS> struct register_split {
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = PRODUCER_REGS;

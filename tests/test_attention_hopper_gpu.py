@@ -2,6 +2,9 @@
 consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
 ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
 (tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
+The prepared variants (`overlap`, `producer="tma"`, docs/notes/attention_hopper.md) run through the
+same cases, plus bnhd / fp16 / GQA, new pointers on a repeat call (the tensor maps follow) and the
+refusals that need real pointers (TMA on 4-byte rows, TMA with varlen).
 Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -17,13 +20,16 @@ import hkjit  # noqa: E402
 
 TILES = [dict(), dict(block_kv=64), dict(block_kv=128, pingpong=0), dict(consumers=1), dict(consumers=1, stages=3),
          dict(block_kv=64, stages=4, pingpong=0)]
+VARIANTS = [dict(overlap=1), dict(overlap=1, block_kv=64, stages=4), dict(producer="tma"),
+            dict(producer="tma", block_kv=64, stages=4), dict(producer="tma", overlap=1),
+            dict(producer="tma", overlap=1, block_kv=64, stages=4, pingpong=0), dict(producer="tma", consumers=1)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),
 ]
 
 
-@pytest.mark.parametrize("tiles", TILES, ids=str)
+@pytest.mark.parametrize("tiles", TILES + VARIANTS, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_configs_against_float32(case, tiles):
     import torch
@@ -61,3 +67,47 @@ def test_varlen_lengths(d, causal):
         seq = varlen_sequence
         ref_o, ref_lse = torch_reference(seq(q, sq), seq(k, sk), seq(v, sk), causal, 1 / math.sqrt(d))
         check_torch(seq(out, sq), lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
+
+
+@pytest.mark.parametrize("tiles", VARIANTS, ids=str)
+@pytest.mark.parametrize("d,causal", [(64, True), (128, False), (128, True)])
+def test_variants_bnhd_fp16(tiles, d, causal):
+    """(batch, seq, heads, D) views (row stride heads x D, head stride D: the TMA maps' other stride
+    order), fp16, GQA 6/2, ragged N_q != N_k."""
+    import torch
+    b, h, hkv, nq, nk = 2, 6, 2, 333, 517
+    q = torch.randn(b, nq, h, d, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(b, nk, hkv, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, nq), float("nan"), device="cuda")
+    hkjit.attention(q, k, v, causal=causal, layout="bnhd", out=out, lse=lse, **tiles)
+    ref_o, ref_lse = torch_reference(*(x.transpose(1, 2) for x in (q, k, v)), causal, 1 / math.sqrt(d))
+    check_torch(out.transpose(1, 2), lse, ref_o, ref_lse, f"bnhd fp16 D{d} causal={causal} {tiles}")
+
+
+@pytest.mark.parametrize("tiles", [dict(producer="tma"), dict(producer="tma", overlap=1, block_kv=64)], ids=str)
+def test_tma_new_pointers(tiles):
+    """A second call with other tensors of the same shapes: the tensor maps point at the new K and V."""
+    import torch
+    for _ in range(2):
+        q = torch.randn(1, 4, 700, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(1, 2, 900, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((1, 4, 700), float("nan"), device="cuda")
+        hkjit.attention(q, k, v, causal=True, out=out, lse=lse, **tiles)
+        ref_o, ref_lse = torch_reference(q, k, v, True, 1 / math.sqrt(128))
+        check_torch(out, lse, ref_o, ref_lse, f"repeat call {tiles}")
+
+
+def test_tma_refusals():
+    import torch
+    from hkjit.errors import InvalidArgumentError
+    q, k, v = (torch.randn(1, 2, 300, 66, device="cuda", dtype=torch.float16)[..., :64] for _ in range(3))
+    with pytest.raises(InvalidArgumentError, match="16 bytes"):          # 132-byte rows
+        hkjit.attention(q, k, v, producer="tma")
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32, device="cuda")
+    qp, kp, vp = (torch.randn(12, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with pytest.raises(InvalidArgumentError, match="varlen"):
+        hkjit.attention(qp, kp, vp, cu_seqlens_q=cu, cu_seqlens_k=cu, producer="tma")
+    with pytest.raises(InvalidArgumentError, match="stages >= 3"):
+        hkjit.attention(qp[None], kp[None], vp[None], overlap=1, stages=2)

@@ -2,10 +2,18 @@
 override configuration (D64 / D128, causal or not, varlen, fp16, narrow loads) compiles with 0
 spills and no stack, wgmma in the PTX and the register split (setmaxnreg) kept; the plan's shared
 memory and consumer registers are the kernel's (static_asserted in the generated unit); ctypes Args
-has the C++ struct's size; the configuration table and its limits."""
+has the C++ struct's size; the configuration table and its limits.
+
+The prepared variants (`overlap`, `producer="tma"`; compile-checked, not yet run on a GPU) are in
+the same grid, plus their PTX facts (TMA copies from one thread, setmaxnreg 24 / 240) and, where
+cuobjdump and nvdisasm are installed, their SASS facts (UTMALDG per KV block in the producer, the
+register split, and for overlap the softmax between the two wgmma waits); refused combinations
+raise before anything compiles."""
 
 import ctypes
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -23,10 +31,22 @@ CONFIGS = [dict(head_dim=d, causal=c) for d in (128, 64) for c in (False, True)]
            dict(head_dim=128, consumers=1, causal=True), dict(head_dim=64, consumers=1, stages=3),
            dict(head_dim=128, block_kv=128, causal=True), dict(head_dim=64, pingpong=0, causal=True),
            dict(head_dim=128, pingpong=0, block_kv=128, stages=2)]
+# The prepared variants: next session's measurement grid at D128 ({overlap} x {producer} x stages 3/4 x
+# block_kv 64/128; 4 stages of 128 keys exceed shared memory), causal on every other one, then D64,
+# one consumer, no ping-pong and fp16 with TMA.
+VARIANTS = [dict(head_dim=128, overlap=ov, producer=pr, stages=st, block_kv=kv, causal=(i % 2 == 1))
+            for i, (ov, pr, st, kv) in enumerate((ov, pr, st, kv) for ov in (0, 1) for pr in ("lsu", "tma")
+                                                 for st, kv in ((3, 64), (4, 64), (3, 128)))
+            if (ov, pr, st, kv) not in ((0, "lsu", 3, 64), (0, "lsu", 3, 128))] + \
+           [dict(head_dim=64, producer="tma", causal=True), dict(head_dim=64, overlap=1, stages=4),
+            dict(head_dim=64, producer="tma", overlap=1, block_kv=128, dtype="float16"),
+            dict(head_dim=128, producer="tma", consumers=1, causal=True),
+            dict(head_dim=128, producer="tma", overlap=1, pingpong=0, block_kv=64),
+            dict(head_dim=128, producer="tma", stages=2)]
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("params", CONFIGS, ids=str)
+@pytest.mark.parametrize("params", CONFIGS + VARIANTS, ids=str)
 def test_configs_compile_clean(params):
     r = hkjit.inspect("attention", "sm_90a", **params)
     assert r["spills"] == 0 and r["stack_bytes"] == 0, r
@@ -54,9 +74,117 @@ def test_ptx_has_wgmma_and_register_split():
     assert not re.search(r"C751\d", r.log)   # ptxas did not serialise the wgmma pipeline (C7510-C7519)
 
 
+def _compile(params):
+    """(config, NVRTC result) of the forward for `params` (head_dim, causal, tiles...)."""
+    from pathlib import Path
+    from hkjit import compiler, spec as spec_mod
+    params = dict(params)
+    p = dict(head_dim=params.pop("head_dim"), dtype=params.pop("dtype", "bfloat16"),
+             causal=params.pop("causal", False), varlen=False, align=16)
+    cfg = F.configure(SM90, p, params)
+    checks = (("threads", F.threads(cfg)), ("dynamic_smem", F.dynamic_smem(cfg))) + F.checks(cfg)
+    spec = spec_mod.Specialization("attention", SM90, F.SOURCE, F.kernel_type(cfg), "hkjit_attention", (), checks)
+    comp = compiler.find_compiler(SM90, "nvrtc")
+    return cfg, comp.compile(spec_mod.render(spec), Path("attention_unit.cu"), SM90,
+                             [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("params", [dict(head_dim=128, producer="tma", causal=True),
+                                    dict(head_dim=64, producer="tma", overlap=1, stages=4),
+                                    dict(head_dim=128, overlap=1, block_kv=64, stages=4)], ids=str)
+def test_variant_ptx(params):
+    cfg, r = _compile(params)
+    tma = cfg["producer"] == "tma"
+    copies = r.ptx.count("cp.async.bulk.tensor.4d")
+    # one copy per 64-column swizzle chunk of K and of V, issued in a loop that is not unrolled
+    assert copies == (2 * cfg["head_dim"] // 64 if tma else 0)
+    assert ("mbarrier.arrive.expect_tx" in r.ptx) == tma
+    assert f"setmaxnreg.dec.sync.aligned.u32 {24 if tma else 72};" in r.ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {240 if tma else 216};" in r.ptx
+    assert "C7508" not in r.log and not re.search(r"C751\d", r.log), r.log
+    assert re.search(r"0 bytes spill stores", r.log), r.log
+
+
+def _sass(code: bytes, tmp_path) -> list:
+    """[(opcode, operands)] of the cubin's SASS, with labels as ('LABEL', name)."""
+    path = tmp_path / "k.cubin"
+    path.write_bytes(code)
+    text = subprocess.run(["nvdisasm", "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^(\.L_x_\d+):", line.strip())
+        if m:
+            out.append(("LABEL", m.group(1)))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*);", line)
+        if m:
+            out.append((m.group(1), m.group(2).strip()))
+    return out
+
+
+def _main_loop(insts) -> list:
+    """The shortest loop body (label .. backward branch to it) holding wgmma: the consumer's KV loop."""
+    where = {arg: i for i, (op, arg) in enumerate(insts) if op == "LABEL"}
+    best = None
+    for i, (op, arg) in enumerate(insts):
+        m = re.search(r"\((\.L_x_\d+)\)", arg) if op.startswith("BRA") else None
+        if m and where.get(m.group(1), i + 1) <= i:
+            body = insts[where[m.group(1)]:i + 1]
+            if sum(o.startswith("HGMMA") for o, _ in body) >= 2 and (best is None or len(body) < len(best)):
+                best = body
+    return best
+
+
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("nvdisasm") is None,
+                    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("params", [dict(head_dim=128, producer="tma", overlap=1, causal=True),
+                                    dict(head_dim=128, producer="tma", block_kv=64, stages=4),
+                                    dict(head_dim=64, overlap=1, stages=4, causal=True)], ids=str)
+def test_variant_sass(params, tmp_path):
+    cfg, r = _compile(params)
+    insts = _sass(r.code, tmp_path)
+    ops = [op for op, _ in insts]
+    tma = cfg["producer"] == "tma"
+    # The register split: consumers take 240 (TMA) or 216, the producer keeps 24 or 72, and the
+    # producer's code after its setmaxnreg stays under that (no register above it is named).
+    dealloc = next(i for i, (op, _) in enumerate(insts) if op.startswith("USETMAXREG.DEALLOC"))
+    assert insts[dealloc][1] == hex(24 if tma else 72)
+    assert any(op.startswith("USETMAXREG.TRY_ALLOC") and arg.endswith(hex(240 if tma else 216)) for op, arg in insts)
+    producer = insts[dealloc:]
+    used = [int(x) for _, arg in producer for x in re.findall(r"\bR(\d+)\b", arg)]
+    assert max(used) < (24 if tma else 72)
+    # TMA: the copies are in the producer alone, 2 x D / 64 per KV block (the loop is not unrolled)
+    assert ops.count("UTMALDG.4D") == (2 * cfg["head_dim"] // 64 if tma else 0)
+    assert sum(op == "UTMALDG.4D" for op, _ in producer) == ops.count("UTMALDG.4D")
+    assert (not tma) or not any(op.startswith("LDG") for op, _ in producer)
+    if cfg["overlap"]:
+        # The consumer's loop: the stage wait, then the retiring wait (gsb0 0) before this block's
+        # products, and every max and exponential between the wait for S (gsb0 1) and the back edge:
+        # the softmax runs under O += P V.
+        loop = _main_loop(insts)
+        lops = [op for op, _ in loop]
+        waits = [i for i, (op, _) in enumerate(loop) if op.startswith("WARPGROUP.DEPBAR")]
+        first_mma = lops.index(next(o for o in lops if o.startswith("HGMMA")))
+        retire = [i for i in waits if loop[i][1].endswith("0x0")]
+        s_wait = [i for i in waits if loop[i][1].endswith("0x1")]
+        assert len(retire) == 1 and len(s_wait) == 1 and retire[0] < first_mma < s_wait[0], loop
+        trywait = next(i for i, o in enumerate(lops) if o.startswith("SYNCS.PHASECHK"))
+        assert trywait < retire[0]
+        ex2 = [i for i, o in enumerate(lops) if o == "MUFU.EX2"]
+        assert len(ex2) >= 32 and min(ex2) > s_wait[0]
+
+
 def test_args_layout():
     assert ctypes.sizeof(F.Args) == 200   # attention_fwd_hopper.cuh static_asserts the same
     assert F.Args.q_sb.offset == 56 and F.Args.batch.offset == 176 and F.Args.scale_log2.offset == 196
+    # TMA: the two 128-byte tensor maps first, then the same fields, padded to the maps' 64 bytes
+    assert ctypes.sizeof(F.TmaArgs) == 512 and F.TmaArgs.v_map.offset == 128 and F.TmaArgs.q.offset == 256
+    assert F.TmaArgs.batch.offset == 256 + 176 and F.TmaArgs.scale_log2.offset == 256 + 196
+    cfg = F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16),
+                      {"producer": "tma"})
+    assert F.args_type(cfg) is F.TmaArgs and F.args_type(F.configure(SM90, dict(cfg.items()), {})) is F.Args
 
 
 def test_default_table_and_limits():
@@ -82,6 +210,64 @@ def test_default_table_and_limits():
     assert F.configure(SM90, p, dict(consumers=1))["pingpong"] == 0
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
         F.configure(parse("gfx950"), p, {})
+    # the variants: defaults off, values checked, the combinations they cannot run refused
+    assert (c["overlap"], c["producer"]) == (0, "lsu") and F.PRODUCER_REGS["lsu"] == 72
+    assert F.consumer_regs(2, "tma") == 240 and F.consumer_regs(1, "tma") == 240
+    t = F.configure(SM90, p, dict(producer="tma", overlap=1))
+    assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
+    assert F.kernel_type(t).endswith(", true, true>") and F.kernel_type(c).endswith(", false, false>")
+    assert F.dynamic_smem(t) == F.dynamic_smem(c)      # TMA fills the same swizzled stages
+    with pytest.raises(InvalidArgumentError, match="stages >= 3"):
+        F.configure(SM90, p, dict(overlap=1, stages=2))
+    for bad in (dict(overlap=2), dict(overlap=True), dict(producer="cp.async"), dict(producer=1)):
+        with pytest.raises(InvalidArgumentError, match="valid choices"):
+            F.configure(SM90, p, bad)
+    with pytest.raises(InvalidArgumentError, match="varlen"):
+        F.configure(SM90, {**p, "varlen": True}, dict(producer="tma"))
+    for align in (4, 8):
+        with pytest.raises(InvalidArgumentError, match="16 bytes"):
+            F.configure(SM90, {**p, "align": align}, dict(producer="tma"))
+    assert F.configure(SM90, {**p, "align": 8}, dict(overlap=1))["vec"] == 4
+
+
+def test_refused_variants_never_compile(monkeypatch):
+    """hkjit.build refuses the variants a kernel could not run before any compiler is asked."""
+    from hkjit import compiler
+    monkeypatch.setattr(compiler, "find_compiler", lambda *a, **k: pytest.fail("a compiler was asked for"))
+    for tiles, p in ((dict(overlap=1, stages=2), {}), (dict(producer="tma"), dict(varlen=True)),
+                     (dict(producer="tma"), dict(align=8))):
+        with pytest.raises(InvalidArgumentError):
+            hkjit.build("attention", target="sm_90a", head_dim=128, **p, **tiles)
+
+
+def test_tma_maps():
+    """The K and V tensor maps: (D, n_k, kv_heads, batch) over the caller's strides, box = one swizzle
+    chunk of a stage; a stand-in stride where an extent is 1; unaligned strides refused."""
+    cfg = F.configure(SM90, dict(head_dim=128, dtype="float16", causal=False, varlen=False, align=16),
+                      {"producer": "tma", "block_kv": 64})
+    seen = []
+
+    def encode(dtype, ptr, dims, strides, box):
+        seen.append((dtype, ptr, dims, strides, box))
+        return bytes([len(seen)]) * 128
+
+    # bnhd: row stride H_kv * D, head stride D
+    kw = dict(q=1 << 20, k=2 << 20, v=3 << 20, o=4 << 20, lse=0, q_strides=(300 * 8 * 128, 128, 8 * 128),
+              k_strides=(300 * 2 * 128, 128, 2 * 128), v_strides=(300 * 2 * 128, 128, 2 * 128),
+              o_strides=(300 * 8 * 128, 128, 8 * 128), lse_strides=(8 * 300, 300, 1), cu_seqlens_q=0,
+              cu_seqlens_k=0, batch=3, heads=8, kv_heads=2, n_q=300, n_k=300, scale=0.1, workspace=0)
+    a = F.fill(cfg, encode=encode, **kw)
+    assert isinstance(a, F.TmaArgs) and a.k == 2 << 20 and a.k_sr == 256 and a.n_k == 300
+    assert seen[0] == ("float16", 2 << 20, (128, 300, 2, 3), (512, 256, 300 * 512), (64, 64, 1, 1))
+    assert seen[1][1] == 3 << 20 and bytes(a.k_map.v)[:1] == b"\x01" and bytes(a.v_map.v)[:1] == b"\x02"
+    # one KV head and one sequence: their strides are never used, a valid stand-in is encoded
+    seen.clear()
+    F.fill(cfg, encode=encode, **{**kw, "batch": 1, "kv_heads": 1, "heads": 1, "k_strides": (8, 8, 128)})
+    assert seen[0][3] == (256, 256 * 300, 256 * 300)
+    with pytest.raises(InvalidArgumentError, match="batch stride"):
+        F.fill(cfg, encode=encode, **{**kw, "k_strides": (300 * 2 * 128 + 4, 128, 256)})
+    with pytest.raises(InvalidArgumentError, match="head stride"):
+        F.fill(cfg, encode=encode, **{**kw, "v_strides": (300 * 2 * 128, 0, 256)})
 
 
 def test_fill_checks_alignment():

@@ -7,7 +7,10 @@ same inputs, one process; each variant's output is also compared with SDPA flash
     PYTHONPATH=. python3 tools/attention_fwd_dev.py --once 16,16,16,8192,128,0   # one call each (for ncu)
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s count the forward's 4·B·H·N²·D
-(halved when causal); times are medians (hkjit.bench.timing.median_ms).
+(halved when causal); times are medians (hkjit.bench.timing.median_ms). The default variants are
+the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer "lsu"/"tma"
+x (stages 3 or 4 at block_kv 64, stages 3 at block_kv 128; 4 stages of 128 keys exceed shared
+memory at D128).
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 SHAPES = [f"16,{h},{kv},{n},{d},{c}" for h, kv in ((16, 16), (64, 8)) for n in (2048, 4096, 8192)
           for d in (64, 128) for c in (0, 1)]
-VARIANTS = "{}"
+GRID = [dict(overlap=ov, producer=pr, block_kv=kv, stages=st) for ov in (0, 1) for pr in ("lsu", "tma")
+        for kv, st in ((64, 3), (64, 4), (128, 3))]
+VARIANTS = ";".join(["{}"] + [str(v) for v in GRID if v != dict(overlap=0, producer="lsu", block_kv=128, stages=3)])
 
 
 def main():
@@ -48,7 +53,7 @@ def main():
         return
     peers = _sdpa_peers(torch)
     variants = [ast.literal_eval(x) for x in args.variants.split(";")]
-    print(f"{'shape':<26} {'variant':<34} {'ms':>7} {'TFLOP/s':>8} {'cuDNN':>6} {'flash':>6} {'/cuDNN':>6} "
+    print(f"{'shape':<26} {'variant':<66} {'ms':>7} {'TFLOP/s':>8} {'cuDNN':>6} {'flash':>6} {'/cuDNN':>6} "
           f"{'/flash':>6} {'/best':>6} {'rel diff':>8}", flush=True)
     for shape in args.shapes.split(";"):
         b, h, hkv, n, d, c = (int(x) for x in shape.split(","))
@@ -66,10 +71,10 @@ def main():
                 rel = ((out.float() - ref).norm() / ref.norm()).item()
                 ms = median_ms(lambda: hkjit.attention(q, k, v, causal=causal, out=out, **tiles))
                 tf = flops / ms / 1e9
-                print(f"{label:<26} {str(tiles):<34} {ms:7.3f} {tf:8.1f} {cu:6.0f} {fl:6.0f} {tf / cu:6.2f} "
+                print(f"{label:<26} {str(tiles):<66} {ms:7.3f} {tf:8.1f} {cu:6.0f} {fl:6.0f} {tf / cu:6.2f} "
                       f"{tf / fl:6.2f} {tf / max(cu, fl):6.2f} {rel:8.1e}", flush=True)
             except Exception as e:   # a refused variant (e.g. shared memory) must not stop the rest
-                print(f"{label:<26} {str(tiles):<34} {type(e).__name__}: {str(e)[:120]}", flush=True)
+                print(f"{label:<26} {str(tiles):<66} {type(e).__name__}: {str(e)[:120]}", flush=True)
         torch.cuda.empty_cache()
 
 

@@ -21,9 +21,12 @@ class ForwardArgs(ctypes.Structure):
 
 
 def pack_forward(load_bytes, varlen, *, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides,
-                 cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace=0) -> ForwardArgs:
+                 cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace=0,
+                 args_type=ForwardArgs) -> ForwardArgs:
     """The argument block, after the checks every forward kernel needs: q, k and v base pointers and
-    row strides aligned to the kernel's `load_bytes`-byte loads, cu_seqlens given to a varlen kernel."""
+    row strides aligned to the kernel's `load_bytes`-byte loads, cu_seqlens given to a varlen kernel.
+    `args_type`: ForwardArgs, or a structure holding its fields by name after fields of its own
+    (the sm_90a TMA variant's tensor maps), which the caller fills."""
     for name, ptr, strides in (("q", q, q_strides), ("k", k, k_strides), ("v", v, v_strides)):
         if int(ptr) % load_bytes or int(strides[2]) * 2 % load_bytes:
             raise InvalidArgumentError(f"attention: {name}'s base pointer or row stride ({strides[2]} elements) is "
@@ -31,9 +34,11 @@ def pack_forward(load_bytes, varlen, *, q, k, v, o, lse, q_strides, k_strides, v
     if varlen and not (cu_seqlens_q and cu_seqlens_k):
         raise InvalidArgumentError("attention: a varlen kernel needs cu_seqlens_q and cu_seqlens_k")
     vals = [int(x) for s in (q_strides, k_strides, v_strides, o_strides, lse_strides) for x in s]
-    return ForwardArgs(int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
-                       *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k),
-                       float(scale) * math.log2(math.e))
+    vals = [int(q), int(k), int(v), int(o), int(lse or 0), int(cu_seqlens_q or 0), int(cu_seqlens_k or 0),
+            *vals, int(batch), int(heads), int(kv_heads), int(n_q), int(n_k), float(scale) * math.log2(math.e)]
+    if args_type is ForwardArgs:
+        return ForwardArgs(*vals)
+    return args_type(**{f[0]: x for f, x in zip(ForwardArgs._fields_, vals)})
 
 
 BACKWARD_STRIDED = ("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse", "delta")

@@ -17,8 +17,18 @@ Overrides: `block_kv` (64 or 128), `consumers` (1 or 2; three would leave 152 re
 consumer thread, and S + O alone take 128), `stages` (2 to 4: the pipeline holds stage j - 1 while
 it waits for stage j), `pingpong` (0 or 1; 1 needs consumers=2). Rejected before anything
 compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
+
+Variants, compile-checked and not yet measured (the defaults are the kernel measured above):
+`overlap` (0 or 1): the wait retiring O += P V at the top of the next iteration, where ptxas keeps
+the softmax under the product; it holds two stages while it waits for a third, so it needs
+stages >= 3. `producer` ("lsu" or "tma"): K and V by plain vector loads of 128 threads, or by TMA
+from one thread (tensor maps over (D, n_k, kv_heads, batch) with the caller's strides; the producer
+keeps 24 registers, the consumers get 240). "tma" needs 16-byte aligned q, k, v base pointers and
+strides and dense (not varlen) batches; it is refused otherwise, never picked on its own.
 """
 
+import ctypes
+import functools
 import math
 
 from ..dtypes import DTYPES
@@ -29,12 +39,14 @@ from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
-TILES = ("block_kv", "consumers", "stages", "pingpong")
+TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=64, consumers=2, stages=3, pingpong=1),
-             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1)}
-_CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1)}
-PRODUCER_REGS = 72
+_DEFAULTS = {64: dict(block_kv=64, consumers=2, stages=3, pingpong=1, overlap=0, producer="lsu"),
+             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="lsu")}
+_CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
+            "producer": ("lsu", "tma")}
+PRODUCER_REGS = {"lsu": 72, "tma": 24}     # setmaxnreg of the producer warpgroup (2 consumers)
+TMA_ALIGN = 16                             # bytes: TMA's base address and stride granule
 
 
 def _err(msg):
@@ -49,10 +61,10 @@ def smem_bytes(cfg) -> int:
     return 1024 + cfg["stages"] * stage + cfg["consumers"] * consumer + 2 * cfg["stages"] * 8
 
 
-def consumer_regs(consumers: int) -> int:
+def consumer_regs(consumers: int, producer: str = "lsu") -> int:
     threads = (consumers + 1) * 128
     entry = 65536 // threads // 8 * 8
-    return min(240, (entry * (consumers + 1) - PRODUCER_REGS) // consumers // 8 * 8)
+    return min(240, (entry * (consumers + 1) - PRODUCER_REGS[producer]) // consumers // 8 * 8)
 
 
 def configure(target, p: dict, tiles: dict) -> Config:
@@ -64,8 +76,8 @@ def configure(target, p: dict, tiles: dict) -> Config:
     d = p["head_dim"]
     chosen = dict(_DEFAULTS[d])
     for name, v in tiles.items():
-        if isinstance(v, bool) or v not in _CHOICES[name]:
-            _err(f"{where}: {name}={v!r}; valid choices: {', '.join(map(str, _CHOICES[name]))}")
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or v not in _CHOICES[name]:
+            _err(f"{where}: {name}={v!r}; valid choices: {', '.join(map(repr, _CHOICES[name]))}")
         chosen[name] = v
     if chosen["consumers"] == 1:
         if tiles.get("pingpong") == 1:
@@ -75,6 +87,16 @@ def configure(target, p: dict, tiles: dict) -> Config:
     if align % 4:
         _err(f"{where}: q, k, v aligned to {align} bytes; base pointers and row strides must be aligned to 4 bytes "
              "(an even number of elements)")
+    if chosen["overlap"] and chosen["stages"] < 3:
+        _err(f"{where}: overlap=1 with stages={chosen['stages']}: the loop-top wait holds stages j - 2 and j - 1 while "
+             "it waits for stage j, so it needs stages >= 3; pass stages=3 or 4, or overlap=0")
+    if chosen["producer"] == "tma":
+        if p["varlen"]:
+            _err(f"{where}: producer='tma' with cu_seqlens: TMA streams dense (batch, head) views and the packed rows "
+                 "past a sequence belong to the next one; use producer='lsu' (the default) for varlen batches")
+        if align % TMA_ALIGN:
+            _err(f"{where}: producer='tma' needs q, k and v base pointers and row strides aligned to {TMA_ALIGN} "
+                 f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='lsu' (the default)")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
                  varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
     cfg["block_q"] = 64 * cfg["consumers"]
@@ -88,14 +110,14 @@ def configure(target, p: dict, tiles: dict) -> Config:
 
 def template_params(cfg) -> dict:
     return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec",
-                                "pingpong")}
+                                "pingpong", "overlap", "producer")}
 
 
 def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
             f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
-            f"{b(cfg['pingpong'])}>")
+            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {b(cfg['producer'] == 'tma')}>")
 
 
 def threads(cfg) -> int:
@@ -108,7 +130,8 @@ def dynamic_smem(cfg) -> int:
 
 def checks(cfg) -> tuple:
     """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
-    return (("CONSUMER_REGS", consumer_regs(cfg["consumers"])),)
+    return (("CONSUMER_REGS", consumer_regs(cfg["consumers"], cfg["producer"])),
+            ("PRODUCER_REGS", PRODUCER_REGS[cfg["producer"]]))
 
 
 def launch_grid(cfg, p) -> tuple:
@@ -122,8 +145,63 @@ def workspace(cfg, p) -> tuple:
 Args = ForwardArgs          # the argument block every forward kernel shares
 
 
-def fill(cfg, *, o, o_strides, **arguments) -> Args:
+class _TensorMap(ctypes.Structure):
+    _fields_ = [("v", ctypes.c_ulonglong * 16)]      # CUtensorMap: 128 bytes, 64-byte aligned in C++
+
+
+class TmaArgs(ctypes.Structure):
+    """attention_fwd_hopper<..., TMA = true>::args: the K and V tensor maps, then ForwardArgs' fields
+    (at 256), padded to the 64-byte alignment of the maps."""
+    _fields_ = [("k_map", _TensorMap), ("v_map", _TensorMap)] + list(ForwardArgs._fields_) + \
+               [("_pad", ctypes.c_char * 56)]
+
+
+def args_type(cfg) -> type:
+    """The ctypes mirror of the kernel's args for `cfg` (attention.py's plan asks for it)."""
+    return TmaArgs if cfg["producer"] == "tma" else ForwardArgs
+
+
+@functools.lru_cache(maxsize=256)
+def _encode_cached(data_type, ptr, dims, strides, box):
+    from ..runtime import cuda
+    return cuda.encode_tensor_map(data_type, ptr, dims, strides, box, 3)    # 3: 128-byte swizzle
+
+
+def encode_tensor_map(dtype: str, ptr: int, dims: tuple, strides_bytes: tuple, box: tuple) -> bytes:
+    """The 128-byte CUtensorMap of a 4D view (innermost first), 128-byte swizzle, zeros out of bounds."""
+    from ..runtime import cuda
+    return _encode_cached(cuda.TMAP_BFLOAT16 if dtype == "bfloat16" else cuda.TMAP_FLOAT16, int(ptr),
+                          tuple(dims), tuple(strides_bytes), tuple(box))
+
+
+def kv_map_shape(cfg, name, ptr, strides, kv_heads, n_k, batch) -> tuple:
+    """(dims, byte strides, box) of K's or V's tensor map: (D, n_k, kv_heads, batch) with the caller's
+    (row, head, batch) strides, box (64, block_kv, 1, 1) = one 128-byte swizzle chunk of a stage tile.
+    An extent of 1 takes a stand-in stride (never used to address); TMA needs every stride used and
+    the base to be a nonzero multiple of 16 bytes."""
+    d = cfg["head_dim"]
+    sb, sh, sr = (int(x) for x in strides)
+    sr = sr if n_k > 1 else d
+    sh = sh if kv_heads > 1 else sr * n_k
+    sb = sb if batch > 1 else sh * kv_heads
+    for what, st in (("row", sr), ("head", sh), ("batch", sb)):
+        if st <= 0 or st * 2 % TMA_ALIGN or int(ptr) % TMA_ALIGN:
+            _err(f"attention: producer='tma' needs {name}'s base pointer and {what} stride ({st} elements) to be "
+                 f"nonzero multiples of {TMA_ALIGN} bytes; pass {name}.contiguous() or use producer='lsu' (the "
+                 "default)")
+    return (d, n_k, kv_heads, batch), (sr * 2, sh * 2, sb * 2), (64, cfg["block_kv"], 1, 1)
+
+
+def fill(cfg, *, o, o_strides, encode=encode_tensor_map, **arguments):
     if int(o) % 4 or int(o_strides[2]) % 2:
         _err(f"attention: out's base pointer or row stride ({o_strides[2]} elements) is not 4-byte aligned; pass a "
              "contiguous out")
-    return pack_forward(cfg["vec"] * 2, cfg["varlen"], o=o, o_strides=o_strides, **arguments)
+    g = pack_forward(cfg["vec"] * 2, cfg["varlen"], o=o, o_strides=o_strides, args_type=args_type(cfg), **arguments)
+    if cfg["producer"] != "tma":
+        return g
+    for name, field in (("k", "k_map"), ("v", "v_map")):
+        dims, strides, box = kv_map_shape(cfg, name, arguments[name], arguments[f"{name}_strides"],
+                                          arguments["kv_heads"], arguments["n_k"], arguments["batch"])
+        raw = encode(cfg["dtype"], arguments[name], dims, strides, box)
+        ctypes.memmove(ctypes.addressof(g) + getattr(TmaArgs, field).offset, raw, 128)
+    return g

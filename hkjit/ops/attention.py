@@ -12,8 +12,10 @@ O = 0 and LSE = -inf. LSE (fp32, natural log of the sum of exp of the scaled sco
 Each kernel has a per-arch module with the GEMM's per-arch interface (hkjit/ops/gemm.py): `TILES`,
 `SOURCE`, `configure(target, p, tiles) -> Config`, `template_params(cfg)`, `kernel_type(cfg)`,
 `threads(cfg)`, `dynamic_smem(cfg)`, `checks(cfg)`, `launch_grid(cfg, p)`, `workspace(cfg, p)`,
-`Args` and `fill(cfg, **kernel arguments) -> Args`. Forward: `_cdna_attention_fwd` (gfx942,
-gfx950) and `_hopper_attention_fwd` (sm_90a), picked by `target.is_nvidia`.
+`Args` and `fill(cfg, **kernel arguments) -> Args`; a module whose argument block depends on the
+configuration also offers `args_type(cfg)`, which the plan takes instead of `Args`. Forward:
+`_cdna_attention_fwd` (gfx942, gfx950) and `_hopper_attention_fwd` (sm_90a), picked by
+`target.is_nvidia`.
 
 `p` (validated here): batch, heads, kv_heads, n_q, n_k (per-sequence lengths; the maxima when
 varlen), head_dim (64 or 128), dtype ("bfloat16" | "float16"), causal, varlen, and align (the byte
@@ -203,7 +205,8 @@ class AttentionOp(Op):
         spec = spec_mod.Specialization("attention", target, mod.SOURCE, mod.kernel_type(cfg), "hkjit_attention",
                                        spec_mod.make_params(mod.template_params(cfg)), checks)
         ws_bytes, ws_zeroed = mod.workspace(cfg, p)
-        return Plan(spec, cfg, threads, smem, mod.launch_grid(cfg, p), mod.Args, functools.partial(mod.fill, cfg),
+        args_type = mod.args_type(cfg) if hasattr(mod, "args_type") else mod.Args
+        return Plan(spec, cfg, threads, smem, mod.launch_grid(cfg, p), args_type, functools.partial(mod.fill, cfg),
                     ws_bytes, ws_zeroed)
 
     def bind(self, arrays, options, device) -> Binding:

@@ -24,6 +24,15 @@ HK_INLINE void load_async(void* dst, const tma_desc& d, int c0, int c1, mbarrier
       :: "r"(smem_addr(dst)), "l"(&d), "r"(c0), "r"(c1), "r"(smem_addr(&bar)) : "memory");
 }
 
+// The same for a 4D box at (c0 = innermost, c1, c2, c3), e.g. a (head dim, rows, heads, batch)
+// view of an attention operand: one map covers every (batch, head) with the caller's strides.
+HK_INLINE void load_async(void* dst, const tma_desc& d, int c0, int c1, int c2, int c3, mbarrier& bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];"
+      :: "r"(smem_addr(dst)), "l"(&d), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(&bar)) : "memory");
+}
+
 // Copy a shared-memory tile to the 2D box at (c0, c1) of global memory; elements outside the
 // tensor are skipped. Tracked by bulk groups of the issuing thread (store_commit / store_wait).
 HK_INLINE void store_async(const tma_desc& d, const void* src, int c0, int c1) {
