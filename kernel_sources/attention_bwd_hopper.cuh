@@ -73,22 +73,7 @@ __device__ __forceinline__ void store_rows(T* base, long long sr, const RT& t, f
   }
 }
 
-// ---- asynchronous copies and the dQ semaphores ----------------------------------------------------
-// cp.async: BYTES (4, 8 or 16) from global to shared without passing through registers; `valid`
-// false writes zeros (rows past the sequence). Completion is tracked by an mbarrier (arrive_async).
-template <int BYTES>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
-  const unsigned d = hk::smem_addr(dst), n = valid ? BYTES : 0;
-  if constexpr (BYTES == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(n) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(d), "l"(src), "n"(BYTES), "r"(n) : "memory");
-}
-// One arrival on `b` once every cp.async this thread issued so far has landed (counted in the
-// barrier's expected arrivals: .noinc).
-__device__ __forceinline__ void arrive_async(hk::mbarrier& b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(hk::smem_addr(&b)) : "memory");
-}
+// ---- the dQ semaphores and bulk copies (cp.async itself: attention_hopper_common.cuh) ------------
 __device__ __forceinline__ int ld_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -252,14 +237,7 @@ struct attention_bwd_dkdv_hopper {
   // ---- producer ----
   template <class ST>
   static __device__ __forceinline__ void load_async(ST& t, const T* base, long long sr, int r0, int limit, int tid) {
-    constexpr int per_row = ST::cols / VEC, per_thread = ST::rows * per_row / hk::WARPGROUP_THREADS;
-#pragma unroll 1
-    for (int u = 0; u < per_thread; ++u) {     // issue only: nothing waits here, nothing to unroll for
-      const int i = u * hk::WARPGROUP_THREADS + tid, r = i / per_row, c = (i % per_row) * VEC;
-      const bool ok = r0 + r < limit;
-      hkjit_attn_hopper::cp_async<VEC * 2>(reinterpret_cast<char*>(t.data) + ST::offset(r, c),
-                                           base + (long long)(ok ? r0 + r : 0) * sr + c, ok);
-    }
+    hkjit_attn_hopper::load_tile_async<VEC, false>(t, base, sr, r0, limit, tid);
   }
 
   // Add the consumers' dQ partial of step u (query block m of head h) into the workspace, in

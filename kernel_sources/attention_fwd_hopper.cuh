@@ -31,11 +31,19 @@
 //            consumers read), completion counted in bytes on full[s]; rows past n_k come back as
 //            zeros (out-of-bounds fill), as the plain loads write them. Dense batches only (packed
 //            varlen rows run on into the next sequence). The producer keeps 24 registers.
+//   CPASYNC  the producer's 128 threads issue every 16-byte piece of K and V (8 or 4 bytes where the
+//            rows are narrower aligned) as cp.async straight into the swizzled stage, zero-filling
+//            rows past n_k, then one cp.async.mbarrier.arrive.noinc each on full[s] (128 arrivals):
+//            a whole stage in flight at once, nothing through registers, any strides and varlen as
+//            the plain loads. The consumers fence (fence_proxy_async) after each stage wait: cp.async
+//            writes through the generic proxy, wgmma reads through the async one.
 #include "attention_hopper_common.cuh"
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
-          bool OVERLAP = false, bool TMA = false>
+          bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::lsu>
 struct attention_fwd_hopper {
+  static constexpr bool TMA = LOADS == hkjit_attn_hopper::kv_producer::tma;
+  static constexpr bool CPASYNC = LOADS == hkjit_attn_hopper::kv_producer::cpasync;
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BKV == 64 || BKV == 128, "KV block: 64 or 128 keys");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "1 or 2 consumer warpgroups");
@@ -47,8 +55,8 @@ struct attention_fwd_hopper {
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
   // Registers (attention_hopper_common.cuh): 2 consumers get 216 each and the producer 72 with plain
-  // loads; with TMA the producer keeps 24 and the consumers get 240.
-  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA ? 24 : 72>;
+  // loads; with TMA or cp.async the producer keeps 24 and the consumers get 240.
+  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA || CPASYNC ? 24 : 72>;
   static constexpr int PRODUCER_REGS = split::PRODUCER;
   static constexpr int CONSUMER_REGS = split::CONSUMER;
 
@@ -115,6 +123,27 @@ struct attention_fwd_hopper {
         hk::tma::load_async(x.k.chunk(c), g.k_map, c * k_t::chunk_cols, j * BKV, hk_, b, full[st]);
         hk::tma::load_async(x.v.chunk(c), g.v_map, c * v_t::chunk_cols, j * BKV, hk_, b, full[st]);
       }
+      if (++st == STAGES) { st = 0; phase ^= 1; }
+    }
+  }
+
+  // cp.async: every thread of the producer issues its pieces of K and V (a whole stage in flight)
+  // and one arrival on full[s] that lands when they have; WHOLE blocks (all keys below n_k) go
+  // unrolled without predicates, a sequence's last block piece by piece with zero fill.
+  static __device__ void produce_cpasync(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
+                                         hk::mbarrier* empty) {
+    const int b = blockIdx.z, h = blockIdx.y, hk_ = h / (g.heads / g.kv_heads);
+    const T* kb = g.k + b * g.k_sb + hk_ * g.k_sh + (long long)s.k0 * g.k_sr;
+    const T* vb = g.v + b * g.v_sb + hk_ * g.v_sh + (long long)s.k0 * g.v_sr;
+    const int tid = hk::warpgroup_thread();
+    int st = 0, phase = 0;
+#pragma unroll 1
+    for (int j = 0; j < blocks; ++j) {
+      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
+      stage_t& x = ring[st];
+      hkjit_attn_hopper::load_tile_async<VEC, true>(x.k, kb, g.k_sr, j * BKV, s.lk, tid);
+      hkjit_attn_hopper::load_tile_async<VEC, true>(x.v, vb, g.v_sr, j * BKV, s.lk, tid);
+      hkjit_attn_hopper::arrive_async(full[st]);
       if (++st == STAGES) { st = 0; phase ^= 1; }
     }
   }
@@ -209,6 +238,7 @@ struct attention_fwd_hopper {
     int st = 0, phase = 0, prev = 0;
     if (blocks > 0) {
       hk::wait(full[0], 0);
+      if constexpr (CPASYNC) hk::fence_proxy_async();         // the stage's cp.async writes, for wgmma
       turn_wait(consumer);
       hk::mma_ABt(sc, mine.q, ring[0].k, false);
       turn_pass(consumer);
@@ -225,6 +255,7 @@ struct attention_fwd_hopper {
       prev = st;
       if (++st == STAGES) { st = 0; phase ^= 1; }
       hk::wait(full[st], phase);
+      if constexpr (CPASYNC) hk::fence_proxy_async();
       if constexpr (OVERLAP) {
         hk::mma_wait<0>();                                    // P_(j-2) V_(j-2) is done
         hk::fence_operand(o);
@@ -308,7 +339,8 @@ struct attention_fwd_hopper {
     if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes
+        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes; else
+                                                               // one per producer thread (cp.async: .noinc)
         hk::init(empty[i], CONSUMERS * 4);             // one arrival per consumer warp
       }
       hk::fence_barrier_init();
@@ -320,6 +352,8 @@ struct attention_fwd_hopper {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       if constexpr (TMA) {
         if (hk::warpgroup_thread() == 0) produce_tma(g, blocks, ring, full, empty);
+      } else if constexpr (CPASYNC) {
+        produce_cpasync(g, s, blocks, ring, full, empty);
       } else {
         produce(g, s, blocks, ring, full, empty);
       }

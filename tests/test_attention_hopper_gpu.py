@@ -2,9 +2,10 @@
 consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
 ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
 (tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
-The prepared variants (`overlap`, `producer="tma"`, docs/notes/attention_hopper.md) run through the
-same cases, plus bnhd / fp16 / GQA, new pointers on a repeat call (the tensor maps follow) and the
-refusals that need real pointers (TMA on 4-byte rows, TMA with varlen).
+The prepared variants (`overlap`, `producer="tma"` / `"cpasync"`, docs/notes/attention_hopper.md) run
+through the same cases, plus bnhd / fp16 / GQA, new pointers on a repeat call (the tensor maps
+follow) and the refusals that need real pointers (TMA on 4-byte rows, TMA with varlen); "cpasync"
+also through the 4-byte rows and the varlen lengths.
 Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -22,7 +23,12 @@ TILES = [dict(), dict(block_kv=64), dict(block_kv=128, pingpong=0), dict(consume
          dict(block_kv=64, stages=4, pingpong=0)]
 VARIANTS = [dict(overlap=1), dict(overlap=1, block_kv=64, stages=4), dict(producer="tma"),
             dict(producer="tma", block_kv=64, stages=4), dict(producer="tma", overlap=1),
-            dict(producer="tma", overlap=1, block_kv=64, stages=4, pingpong=0), dict(producer="tma", consumers=1)]
+            dict(producer="tma", overlap=1, block_kv=64, stages=4, pingpong=0), dict(producer="tma", consumers=1),
+            dict(producer="cpasync"), dict(producer="cpasync", block_kv=64, stages=4),
+            dict(producer="cpasync", overlap=1), dict(producer="cpasync", overlap=1, block_kv=64, stages=4, pingpong=0),
+            dict(producer="cpasync", consumers=1)]
+# the tile sets that serve every input "lsu" serves (varlen, 4-byte rows)
+ANY_INPUT = [dict(), dict(producer="cpasync"), dict(producer="cpasync", overlap=1, block_kv=64, stages=4)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),
@@ -43,30 +49,32 @@ def test_configs_against_float32(case, tiles):
     check_torch(out, lse, ref_o, ref_lse, f"{case} {tiles}")
 
 
+@pytest.mark.parametrize("tiles", ANY_INPUT, ids=str)
 @pytest.mark.parametrize("d", [64, 128])
-def test_four_byte_aligned_rows(d):
+def test_four_byte_aligned_rows(d, tiles):
     """Row strides that are 4- but not 16-byte aligned take the narrow-load specialisation."""
     import torch
     q, k, v = (torch.randn(1, 2, 300, d + 2, device="cuda", dtype=torch.float16)[..., :d] for _ in range(3))
     out = torch.full((1, 2, 300, d), float("nan"), device="cuda", dtype=torch.float16)
     lse = torch.full((1, 2, 300), float("nan"), device="cuda")
-    hkjit.attention(q, k, v, causal=True, out=out, lse=lse)
+    hkjit.attention(q, k, v, causal=True, out=out, lse=lse, **tiles)
     ref_o, ref_lse = torch_reference(q, k, v, True, 1 / math.sqrt(d))
-    check_torch(out, lse, ref_o, ref_lse, f"4-byte rows D{d}")
+    check_torch(out, lse, ref_o, ref_lse, f"4-byte rows D{d} {tiles}")
 
 
+@pytest.mark.parametrize("tiles", ANY_INPUT, ids=str)
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
-def test_varlen_lengths(d, causal):
+def test_varlen_lengths(d, causal, tiles):
     import torch
     lq, lk, cq, ck, q, k, v = varlen_inputs(d)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((6, sum(lq)), float("nan"), device="cuda")
-    hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse)
+    hkjit.attention(q, k, v, causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck, out=out, lse=lse, **tiles)
     for i in range(len(lq)):
         sq, sk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
         seq = varlen_sequence
         ref_o, ref_lse = torch_reference(seq(q, sq), seq(k, sk), seq(v, sk), causal, 1 / math.sqrt(d))
-        check_torch(seq(out, sq), lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i}")
+        check_torch(seq(out, sq), lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i} {tiles}")
 
 
 @pytest.mark.parametrize("tiles", VARIANTS, ids=str)

@@ -4,11 +4,12 @@ spills and no stack, wgmma in the PTX and the register split (setmaxnreg) kept; 
 memory and consumer registers are the kernel's (static_asserted in the generated unit); ctypes Args
 has the C++ struct's size; the configuration table and its limits.
 
-The prepared variants (`overlap`, `producer="tma"`; compile-checked, not yet run on a GPU) are in
-the same grid, plus their PTX facts (TMA copies from one thread, setmaxnreg 24 / 240) and, where
-cuobjdump and nvdisasm are installed, their SASS facts (UTMALDG per KV block in the producer, the
-register split, and for overlap the softmax between the two wgmma waits); refused combinations
-raise before anything compiles."""
+The prepared variants (`overlap`, `producer="tma"` / `"cpasync"`; compile-checked, not yet run on a
+GPU) are in the same grid, plus their PTX facts (TMA copies from one thread; cp.async from 128 threads
+with one mbarrier arrive.noinc each and no ld.global; setmaxnreg 24 / 240) and, where nvdisasm is
+installed, their SASS facts (UTMALDG or LDGSTS per KV block in the producer, the register split, and
+for overlap the softmax between the two wgmma waits); refused combinations raise before anything
+compiles."""
 
 import ctypes
 import re
@@ -42,7 +43,17 @@ VARIANTS = [dict(head_dim=128, overlap=ov, producer=pr, stages=st, block_kv=kv, 
             dict(head_dim=64, producer="tma", overlap=1, block_kv=128, dtype="float16"),
             dict(head_dim=128, producer="tma", consumers=1, causal=True),
             dict(head_dim=128, producer="tma", overlap=1, pingpong=0, block_kv=64),
-            dict(head_dim=128, producer="tma", stages=2)]
+            dict(head_dim=128, producer="tma", stages=2)] + \
+           [dict(head_dim=128, overlap=ov, producer="cpasync", stages=st, block_kv=kv, causal=(i % 2 == 1))
+            for i, (ov, st, kv) in enumerate((ov, st, kv) for ov in (0, 1)
+                                             for st, kv in ((3, 64), (4, 64), (3, 128)))] + \
+           [dict(head_dim=64, producer="cpasync", causal=True, varlen=True),
+            dict(head_dim=64, producer="cpasync", overlap=1, stages=4), dict(head_dim=64, producer="cpasync", align=4),
+            dict(head_dim=128, producer="cpasync", causal=True, align=8),
+            dict(head_dim=128, producer="cpasync", causal=True, varlen=True, dtype="float16", align=4),
+            dict(head_dim=128, producer="cpasync", consumers=1, causal=True),
+            dict(head_dim=128, producer="cpasync", overlap=1, pingpong=0, block_kv=64),
+            dict(head_dim=64, producer="cpasync", block_kv=128, dtype="float16")]
 
 
 @needs_nvrtc
@@ -75,12 +86,12 @@ def test_ptx_has_wgmma_and_register_split():
 
 
 def _compile(params):
-    """(config, NVRTC result) of the forward for `params` (head_dim, causal, tiles...)."""
+    """(config, NVRTC result) of the forward for `params` (head_dim, causal, varlen, align, tiles...)."""
     from pathlib import Path
     from hkjit import compiler, spec as spec_mod
     params = dict(params)
     p = dict(head_dim=params.pop("head_dim"), dtype=params.pop("dtype", "bfloat16"),
-             causal=params.pop("causal", False), varlen=False, align=16)
+             causal=params.pop("causal", False), varlen=params.pop("varlen", False), align=params.pop("align", 16))
     cfg = F.configure(SM90, p, params)
     checks = (("threads", F.threads(cfg)), ("dynamic_smem", F.dynamic_smem(cfg))) + F.checks(cfg)
     spec = spec_mod.Specialization("attention", SM90, F.SOURCE, F.kernel_type(cfg), "hkjit_attention", (), checks)
@@ -92,22 +103,49 @@ def _compile(params):
 @needs_nvrtc
 @pytest.mark.parametrize("params", [dict(head_dim=128, producer="tma", causal=True),
                                     dict(head_dim=64, producer="tma", overlap=1, stages=4),
-                                    dict(head_dim=128, overlap=1, block_kv=64, stages=4)], ids=str)
+                                    dict(head_dim=128, overlap=1, block_kv=64, stages=4),
+                                    dict(head_dim=128, producer="cpasync", causal=True),
+                                    dict(head_dim=64, producer="cpasync", overlap=1, stages=4, varlen=True),
+                                    dict(head_dim=128, producer="cpasync", block_kv=64, align=8),
+                                    dict(head_dim=64, producer="cpasync", causal=True, align=4)], ids=str)
 def test_variant_ptx(params):
     cfg, r = _compile(params)
-    tma = cfg["producer"] == "tma"
+    tma, cpa = cfg["producer"] == "tma", cfg["producer"] == "cpasync"
     copies = r.ptx.count("cp.async.bulk.tensor.4d")
     # one copy per 64-column swizzle chunk of K and of V, issued in a loop that is not unrolled
     assert copies == (2 * cfg["head_dim"] // 64 if tma else 0)
     assert ("mbarrier.arrive.expect_tx" in r.ptx) == tma
-    assert f"setmaxnreg.dec.sync.aligned.u32 {24 if tma else 72};" in r.ptx
-    assert f"setmaxnreg.inc.sync.aligned.u32 {240 if tma else 216};" in r.ptx
+    lean = tma or cpa
+    assert f"setmaxnreg.dec.sync.aligned.u32 {24 if lean else 72};" in r.ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {240 if lean else 216};" in r.ptx
+    # cp.async: the producer (between its setmaxnreg.dec and the consumers' .inc) issues each
+    # piece of K and V as a cp.async of the load width (16 B: .cg; 8 or 4 B: .ca), with src-size
+    # (zero fill past n_k) from a register: per tile one unrolled run for whole blocks and one rolled
+    # copy for a sequence's last; then one arrive.noinc a thread. No ld.global: nothing passes
+    # through registers. Without it, neither appears anywhere.
+    producer = r.ptx[r.ptx.index("setmaxnreg.dec"):r.ptx.index("setmaxnreg.inc")]
+    width = cfg["vec"] * 2
+    per_tile = cfg["block_kv"] * cfg["head_dim"] * 2 // width // 128
+    form = "cp.async.cg.shared.global [%r{}], [%rd{}], 16, %r{};" if width == 16 else \
+        "cp.async.ca.shared.global [%r{}], [%rd{}], " + str(width) + ", %r{};"
+    pattern = re.escape(form).replace(r"\{\}", r"\d+")
+    assert len(re.findall(pattern, producer)) == (2 * (per_tile + 1) if cpa else 0), producer
+    assert producer.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64") == (1 if cpa else 0)
+    assert ("cp.async.mbarrier.arrive" in r.ptx) == cpa
+    assert ("ld.global" in producer) == (not lean)
+    # the consumers fence right after each stage wait (the first block's, the loop's): cp.async wrote
+    # through the generic proxy, wgmma reads through the async one
+    consumers = r.ptx[r.ptx.index("setmaxnreg.inc"):]
+    fenced = re.findall(r"@!done bra WAIT_\d+;\s*\}\s*// end inline asm\s*// begin inline asm\s*"
+                        r"fence\.proxy\.async", consumers)
+    assert len(fenced) == (2 if cpa else 0), consumers
     assert "C7508" not in r.log and not re.search(r"C751\d", r.log), r.log
     assert re.search(r"0 bytes spill stores", r.log), r.log
 
 
 def _sass(code: bytes, tmp_path) -> list:
-    """[(opcode, operands)] of the cubin's SASS, with labels as ('LABEL', name)."""
+    """[(opcode, operands)] of the cubin's SASS, with labels as ('LABEL', name); a guard predicate
+    leads the operands ('@!P0 (.L_x_3)')."""
     path = tmp_path / "k.cubin"
     path.write_bytes(code)
     text = subprocess.run(["nvdisasm", "-c", str(path)], capture_output=True, text=True, check=True).stdout
@@ -117,9 +155,9 @@ def _sass(code: bytes, tmp_path) -> list:
         if m:
             out.append(("LABEL", m.group(1)))
             continue
-        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*);", line)
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*);", line)
         if m:
-            out.append((m.group(1), m.group(2).strip()))
+            out.append((m.group(2), ((m.group(1) or "") + m.group(3).strip()).strip()))
     return out
 
 
@@ -136,29 +174,61 @@ def _main_loop(insts) -> list:
     return best
 
 
+def _loop_path(code) -> list:
+    """The producer's KV loop as one whole block runs it (every key below n_k): from the loop's label
+    to its back edge, conditional branches not taken (the last-block path, the barrier's retry),
+    unconditional ones followed. `code`: the SASS from the producer's setmaxnreg on."""
+    code = code[:next(i for i, (op, arg) in enumerate(code) if op == "EXIT" and not arg.startswith("@"))]
+    where = {arg: i for i, (op, arg) in enumerate(code) if op == "LABEL"}
+    target = lambda arg: where.get(re.search(r"\((\.L_x_\d+)\)", arg).group(1), len(code))
+    back = max(i for i, (op, arg) in enumerate(code) if op == "BRA" and target(arg) < i)
+    path, i = [], target(code[back][1]) + 1
+    while i < back:
+        op, arg = code[i]
+        path += [] if op == "LABEL" else [code[i]]
+        i = target(arg) + 1 if op == "BRA" and not arg.startswith("@") else i + 1
+    return path + [code[back]]
+
+
 @needs_nvrtc
 @pytest.mark.skipif(shutil.which("nvdisasm") is None,
                     reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
 @pytest.mark.parametrize("params", [dict(head_dim=128, producer="tma", overlap=1, causal=True),
                                     dict(head_dim=128, producer="tma", block_kv=64, stages=4),
-                                    dict(head_dim=64, overlap=1, stages=4, causal=True)], ids=str)
+                                    dict(head_dim=64, overlap=1, stages=4, causal=True),
+                                    dict(head_dim=128, producer="cpasync", overlap=1, causal=True),
+                                    dict(head_dim=128, producer="cpasync", block_kv=64, stages=4),
+                                    dict(head_dim=64, producer="cpasync", varlen=True, causal=True),
+                                    dict(head_dim=128, producer="cpasync", align=8)], ids=str)
 def test_variant_sass(params, tmp_path):
     cfg, r = _compile(params)
     insts = _sass(r.code, tmp_path)
     ops = [op for op, _ in insts]
-    tma = cfg["producer"] == "tma"
-    # The register split: consumers take 240 (TMA) or 216, the producer keeps 24 or 72, and the
-    # producer's code after its setmaxnreg stays under that (no register above it is named).
+    tma, cpa = cfg["producer"] == "tma", cfg["producer"] == "cpasync"
+    lean = tma or cpa
+    # The register split: consumers take 240 (TMA, cp.async) or 216, the producer keeps 24 or 72, and
+    # the producer's code after its setmaxnreg stays under that (no register above it is named).
     dealloc = next(i for i, (op, _) in enumerate(insts) if op.startswith("USETMAXREG.DEALLOC"))
-    assert insts[dealloc][1] == hex(24 if tma else 72)
-    assert any(op.startswith("USETMAXREG.TRY_ALLOC") and arg.endswith(hex(240 if tma else 216)) for op, arg in insts)
+    assert insts[dealloc][1] == hex(24 if lean else 72)
+    assert any(op.startswith("USETMAXREG.TRY_ALLOC") and arg.endswith(hex(240 if lean else 216)) for op, arg in insts)
     producer = insts[dealloc:]
     used = [int(x) for _, arg in producer for x in re.findall(r"\bR(\d+)\b", arg)]
-    assert max(used) < (24 if tma else 72)
+    assert max(used) < (24 if lean else 72)
     # TMA: the copies are in the producer alone, 2 x D / 64 per KV block (the loop is not unrolled)
     assert ops.count("UTMALDG.4D") == (2 * cfg["head_dim"] // 64 if tma else 0)
     assert sum(op == "UTMALDG.4D" for op, _ in producer) == ops.count("UTMALDG.4D")
-    assert (not tma) or not any(op.startswith("LDG") for op, _ in producer)
+    assert (not lean) or not any(op.startswith("LDG.") for op, _ in producer)
+    # cp.async: LDGSTS (.BYPASS.128 for 16 bytes, .64 for 8) in the producer alone; a whole KV block
+    # runs its K and V pieces unrolled (3 instructions a piece: the copy and a 64-bit address step),
+    # one ARRIVES.LDGSTSBAR (arrive.noinc) and the loop's own few dozen; the lsu producer runs 767.
+    ldgsts = {16: "LDGSTS.E.BYPASS.128", 8: "LDGSTS.E.64", 4: "LDGSTS.E"}[cfg["vec"] * 2]
+    pieces = 2 * cfg["block_kv"] * cfg["head_dim"] // cfg["vec"] // 128
+    assert sum(op.startswith("LDGSTS") for op, _ in producer) == sum(op.startswith("LDGSTS") for op in ops)
+    assert sum(op == ldgsts for op, _ in producer) == (pieces + 2 if cpa else 0)
+    if cpa:
+        path = [op for op, _ in _loop_path(producer)]
+        assert path.count(ldgsts) == pieces and path.count("ARRIVES.LDGSTSBAR.64.ARVCNT") == 1, path
+        assert len(path) <= 3 * pieces + 80, (len(path), path)
     if cfg["overlap"]:
         # The consumer's loop: the stage wait, then the retiring wait (gsb0 0) before this block's
         # products, and every max and exponential between the wait for S (gsb0 1) and the back edge:
@@ -215,8 +285,17 @@ def test_default_table_and_limits():
     assert F.consumer_regs(2, "tma") == 240 and F.consumer_regs(1, "tma") == 240
     t = F.configure(SM90, p, dict(producer="tma", overlap=1))
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
-    assert F.kernel_type(t).endswith(", true, true>") and F.kernel_type(c).endswith(", false, false>")
+    assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma>")
+    assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::lsu>")
     assert F.dynamic_smem(t) == F.dynamic_smem(c)      # TMA fills the same swizzled stages
+    # cp.async: the lean split, the plain loads' argument block and shared memory; whatever "lsu"
+    # serves (varlen, 4- and 8-byte rows) it serves, with the same load width
+    for extra in ({}, {"varlen": True}, {"align": 4}, {"align": 8, "causal": True}):
+        a = F.configure(SM90, {**p, **extra}, dict(producer="cpasync"))
+        plain = F.configure(SM90, {**p, **extra}, {})
+        assert F.checks(a) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24)) and a["vec"] == plain["vec"]
+        assert F.kernel_type(a).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync>")
+        assert F.args_type(a) is F.Args and F.dynamic_smem(a) == F.dynamic_smem(plain)
     with pytest.raises(InvalidArgumentError, match="stages >= 3"):
         F.configure(SM90, p, dict(overlap=1, stages=2))
     for bad in (dict(overlap=2), dict(overlap=True), dict(producer="cp.async"), dict(producer=1)):

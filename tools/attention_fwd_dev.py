@@ -8,9 +8,9 @@ same inputs, one process; each variant's output is also compared with SDPA flash
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s count the forward's 4·B·H·N²·D
 (halved when causal); times are medians (hkjit.bench.timing.median_ms). The default variants are
-the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer "lsu"/"tma"
-x (stages 3 or 4 at block_kv 64, stages 3 at block_kv 128; 4 stages of 128 keys exceed shared
-memory at D128).
+the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer
+"lsu"/"tma"/"cpasync" x (stages 3 or 4 at block_kv 64, stages 3 at block_kv 128; 4 stages of 128
+keys exceed shared memory at D128).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 SHAPES = [f"16,{h},{kv},{n},{d},{c}" for h, kv in ((16, 16), (64, 8)) for n in (2048, 4096, 8192)
           for d in (64, 128) for c in (0, 1)]
-GRID = [dict(overlap=ov, producer=pr, block_kv=kv, stages=st) for ov in (0, 1) for pr in ("lsu", "tma")
+GRID = [dict(overlap=ov, producer=pr, block_kv=kv, stages=st) for ov in (0, 1) for pr in ("lsu", "tma", "cpasync")
         for kv, st in ((64, 3), (64, 4), (128, 3))]
 VARIANTS = ";".join(["{}"] + [str(v) for v in GRID if v != dict(overlap=0, producer="lsu", block_kv=128, stages=3)])
 

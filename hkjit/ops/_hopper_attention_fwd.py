@@ -21,10 +21,14 @@ compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 Variants, compile-checked and not yet measured (the defaults are the kernel measured above):
 `overlap` (0 or 1): the wait retiring O += P V at the top of the next iteration, where ptxas keeps
 the softmax under the product; it holds two stages while it waits for a third, so it needs
-stages >= 3. `producer` ("lsu" or "tma"): K and V by plain vector loads of 128 threads, or by TMA
-from one thread (tensor maps over (D, n_k, kv_heads, batch) with the caller's strides; the producer
-keeps 24 registers, the consumers get 240). "tma" needs 16-byte aligned q, k, v base pointers and
-strides and dense (not varlen) batches; it is refused otherwise, never picked on its own.
+stages >= 3. `producer` ("lsu", "tma" or "cpasync"): K and V by plain vector loads of 128 threads
+(4 loads in flight a thread, through registers), by TMA from one thread (tensor maps over (D, n_k,
+kv_heads, batch) with the caller's strides), or by cp.async from 128 threads (every 16-, 8- or
+4-byte piece of a stage issued at once straight into shared memory, rows past n_k zero-filled,
+completion by one cp.async.mbarrier.arrive.noinc a thread). "tma" and "cpasync" keep 24 producer
+registers, the consumers get 240. "tma" needs 16-byte aligned q, k, v base pointers and strides and
+dense (not varlen) batches; it is refused otherwise. "cpasync" serves whatever "lsu" serves (varlen,
+4-byte rows, any strides). Neither is picked on its own: "lsu" stays the default until measured.
 """
 
 import ctypes
@@ -44,8 +48,9 @@ SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
 _DEFAULTS = {64: dict(block_kv=64, consumers=2, stages=3, pingpong=1, overlap=0, producer="lsu"),
              128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="lsu")}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
-            "producer": ("lsu", "tma")}
-PRODUCER_REGS = {"lsu": 72, "tma": 24}     # setmaxnreg of the producer warpgroup (2 consumers)
+            "producer": ("lsu", "tma", "cpasync")}
+PRODUCER_REGS = {"lsu": 72, "tma": 24, "cpasync": 24}   # setmaxnreg of the producer warpgroup (2 consumers)
+_KV_PRODUCER = {name: f"hkjit_attn_hopper::kv_producer::{name}" for name in _CHOICES["producer"]}   # C++ enum
 TMA_ALIGN = 16                             # bytes: TMA's base address and stride granule
 
 
@@ -117,7 +122,7 @@ def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
             f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
-            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {b(cfg['producer'] == 'tma')}>")
+            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}>")
 
 
 def threads(cfg) -> int:
