@@ -22,6 +22,12 @@
 // run in the producer warpgroup, from a shared-memory copy of the partial: the consumers never wait
 // on another block. Block i waits only on block i - 1 of its head (a lower block index, dispatched
 // before it), so the order cannot deadlock.
+// DQ_WARP (a prepared variant): the hand-off runs on warp 3 of the producer warpgroup alone and the
+// loads on warps 0 .. LOAD_WARPS - 1, so the next stage's loads never wait for a dQ add; the shared
+// partial is freed to the consumers once the bulk operation has read it, and the full completion is
+// waited for only before the semaphore release. Same order, same bits; the waits still point only
+// from block i to block i - 1 (loads wait on consumers, consumers on loads and on the dQ warp's
+// freeing of step t - 2, the dQ warp on the consumers' step t and on block i - 1's semaphore).
 #include "attention_hopper_common.cuh"
 
 namespace hkjit_attn_hopper {
@@ -91,6 +97,8 @@ __device__ __forceinline__ void store_relaxed(int* p, int v) {
 }
 // Order global accesses of the generic proxy (semaphores) against the bulk copies' (async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// Wait for every cp.async this thread issued (a loading warp does before it exits).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Shared -> global bulk copy and bulk fp32 add (16-byte aligned, multiple-of-16 sizes), in bulk groups.
 __device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
@@ -168,17 +176,24 @@ struct attention_bwd_prep_hopper {
 // [64c, 64c + 64) of the block: dK and dV in registers; per query block S^T, dP^T (K-major
 // operands), P^T and dS^T in A registers, dV += P^T dO, dK += dS^T Q, dS^T to shared memory, then
 // (both consumers' halves in place) dQ columns [64c, 64c + 64) = dS K (at D64 consumer 0 alone).
-template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC>
+// Prepared variants (hkjit/ops/_hopper_attention_bwd.py validates them; the defaults are the kernel
+// measured): DQ_WARP and LOAD_WARPS (the file's header). The producer keeps 56 registers in both:
+// at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer.
+template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
+          bool DQ_WARP = false, int LOAD_WARPS = 4>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
   static_assert(CONSUMERS == 2, "2 consumer warpgroups: dQ needs both halves of the 128-key block");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
+  static_assert(DQ_WARP ? LOAD_WARPS >= 1 && LOAD_WARPS <= 3 : LOAD_WARPS == 4,
+                "all 4 producer warps load, or 1 to 3 of them beside the dQ warp (warp 3)");
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
   static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::PRODUCER;
   static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::CONSUMER;
+  static constexpr int LOADERS = 32 * LOAD_WARPS;   // producer threads that issue the stage loads
   static constexpr int DQ_WG = D / 64;              // consumers that compute 64 dQ columns each
   static constexpr int DQ_FLOATS = 64 * D;          // one query block's dQ
   using args = hkjit_attn_hopper::bwd_ws_args;
@@ -240,16 +255,13 @@ struct attention_bwd_dkdv_hopper {
     hkjit_attn_hopper::load_tile_async<VEC, false>(t, base, sr, r0, limit, tid);
   }
 
-  // Add the consumers' dQ partial of step u (query block m of head h) into the workspace, in
-  // order; the last KV block of the query block writes dQ instead.
-  static __device__ void write_dq(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm, int tid) {
-    dq_buf* dqb = sm.dq;
-    hk::mbarrier* dq_full = sm.dq_full;
-    hk::mbarrier* dq_empty = sm.dq_empty;
+  // Where step u's dQ goes: query block m of head h (rows q0 ..), the last KV block that streams it,
+  // and its semaphore and fp32 accumulator in the workspace.
+  struct dq_step { int h, q0, last; int* sem; float* acc; };
+  static __device__ __forceinline__ dq_step dq_step_of(const args& ga, const seq_t& s, int u, int qb0, int per_head) {
     const auto& g = ga.a;
-    const int b = blockIdx.z, group = g.heads / g.kv_heads, i = blockIdx.x;
+    const int b = blockIdx.z, group = g.heads / g.kv_heads;
     const int h = blockIdx.y * group + u % group, m = q_block(u / group, qb0, per_head), q0 = m * BQ;
-    const int buf = u & 1, parity = (u >> 1) & 1;
     // The KV blocks that stream query block m: 0 .. last (first_q_block(i) <= m).
     int last = (s.lk + BKV - 1) / BKV - 1;
     if constexpr (CAUSAL) {
@@ -260,6 +272,22 @@ struct attention_bwd_dkdv_hopper {
     const long long sem_bytes = ((long long)g.batch * g.heads * ga.q_blocks * 4 + 255) / 256 * 256;
     int* sem = reinterpret_cast<int*>(ga.workspace) + slot;
     float* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(ga.workspace) + sem_bytes) + slot * DQ_FLOATS;
+    return {h, q0, last, sem, acc};
+  }
+
+  // Add the consumers' dQ partial of step u (query block m of head h) into the workspace, in
+  // order; the last KV block of the query block writes dQ instead.
+  static __device__ void write_dq(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm, int tid) {
+    dq_buf* dqb = sm.dq;
+    hk::mbarrier* dq_full = sm.dq_full;
+    hk::mbarrier* dq_empty = sm.dq_empty;
+    const auto& g = ga.a;
+    const int b = blockIdx.z, i = blockIdx.x;
+    const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
+    const int h = d.h, q0 = d.q0, last = d.last;
+    int* sem = d.sem;
+    float* acc = d.acc;
+    const int buf = u & 1, parity = (u >> 1) & 1;
     // Every producer thread waits on every phase (a thread that skipped one could mistake a later
     // phase of the same parity for it).
     hk::wait(dq_full[buf], parity);
@@ -310,6 +338,86 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // DQ_WARP: the same hand-off on one warp (lane 0 issues, all 32 lanes convert on the last block).
+  // The shared partial goes back to the consumers as soon as the bulk operation has read it; the
+  // add's completion in global memory is waited for only before the release that lets block i + 1
+  // add (its bulk reduction must land on a sum that includes ours).
+  static __device__ void write_dq_warp(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm,
+                                       int lane) {
+    dq_buf& src = sm.dq[u & 1];
+    hk::mbarrier& full = sm.dq_full[u & 1];
+    hk::mbarrier& empty = sm.dq_empty[u & 1];
+    const auto& g = ga.a;
+    const int b = blockIdx.z, i = blockIdx.x;
+    const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
+    hk::wait(full, (u >> 1) & 1);               // every lane waits on every phase (as above)
+    if (i != d.last) {
+      if (lane == 0) {
+        if (i > 0) {
+          hkjit_attn_hopper::wait_until(d.sem, i);
+          hkjit_attn_hopper::fence_proxy_async_global();
+          hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
+        } else {
+          hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
+        }
+        hk::tma::store_commit();
+        hk::tma::store_wait_read<0>();           // shared memory read: the buffer is free
+        hk::arrive(empty);
+        hk::tma::store_wait<0>();                // the add is complete in global memory
+        hkjit_attn_hopper::fence_proxy_async_global();
+        hkjit_attn_hopper::release_add(d.sem, 1);
+      }
+      __syncwarp();
+      return;
+    }
+    if (i > 0) hkjit_attn_hopper::wait_until(d.sem, i);
+    T* out = (T*)g.dq + b * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + d.q0) * g.dq_sr;
+    const float mul = g.scale;
+    // The partial's float4 (j, t) (t: a consumer thread's fragment index) holds row r(t) and r(t) + 8,
+    // columns 64 (j / 8) + 8 (j % 8) + 2 (t % 4), + 1; lane l takes t = 32 w + l, w = 0 .. 3.
+#pragma unroll 1
+    for (int jw = 0; jw < 8 * DQ_WG * 4; ++jw) {
+      const int j = jw / 4, t = (jw % 4) * 32 + lane, idx = j * hk::WARPGROUP_THREADS + t;
+      const float4 y = i > 0 ? __ldcg(reinterpret_cast<const float4*>(d.acc) + idx) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 x = src.v[idx];
+      const int r = d.q0 + (t / 32) * 16 + (t % 32) / 4;
+      T* o = out + (long long)(r - d.q0) * g.dq_sr + 64 * (j / 8) + 8 * (j % 8) + (t % 4) * 2;
+      if (r < s.lq) *reinterpret_cast<unsigned*>(o) = hk::pack2<T>((x.x + y.x) * mul, (x.y + y.y) * mul);
+      if (r + 8 < s.lq)
+        *reinterpret_cast<unsigned*>(o + 8 * g.dq_sr) = hk::pack2<T>((x.z + y.z) * mul, (x.w + y.w) * mul);
+    }
+    __syncwarp();                                // every lane is done polling and reading
+    if (lane == 0) {
+      if (i > 0) hkjit_attn_hopper::store_relaxed(d.sem, 0);   // the workspace's semaphores end zeroed
+      hk::arrive(empty);
+    }
+  }
+
+  // Stage st <- step t's Q, dO, LSE and Delta: thread `me`'s share of a 128-thread split (a loading
+  // thread of fewer calls this once per share it stands in for).
+  static __device__ __forceinline__ void issue_stage(const args& ga, const seq_t& s, int h, int q0, stage_t& x,
+                                                     stats_t& z, int me) {
+    const auto& g = ga.a;
+    const int b = blockIdx.z;
+    const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
+    const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
+    load_async(x.q, qb, g.q_sr, q0, s.lq, me);
+    load_async(x.d_o, db, g.do_sr, q0, s.lq, me);
+    // LSE (threads 0-63) and Delta (64-127) of the block's rows; rows past the sequence read 0,
+    // which with their zero Q and dO rows gives P^T dO = 0 and dS = 0.
+    const int r = me % BQ, row = q0 + r;
+    const bool ok = row < s.lq;
+    const long long at = s.q0 + (ok ? row : 0);
+    if (me < BQ)
+      hkjit_attn_hopper::cp_async<4>(&z.lse[r], g.lse + b * g.lse_sb + h * g.lse_sh + at * g.lse_sr, ok);
+    else
+      hkjit_attn_hopper::cp_async<4>(&z.delta[r], g.delta + b * g.delta_sb + h * g.delta_sh + at * g.delta_sr, ok);
+    if (me == 0) {
+      z.q0 = q0;
+      z.shift = blockIdx.x * BKV - (s.lk - s.lq) - q0;
+    }
+  }
+
   static __device__ void produce(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm) {
     stage_t* ring = sm.ring;
     stats_t* stats = sm.stats;
@@ -319,28 +427,31 @@ struct attention_bwd_dkdv_hopper {
     const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads;
     const int tid = hk::warpgroup_thread(), n = group * per_head;
     int st = 0, phase = 0;
+    if constexpr (DQ_WARP) {
+      const int warp = tid / 32;
+      if (warp == 3) {
+        for (int t = 0; t < n; ++t) write_dq_warp(ga, s, t, qb0, per_head, sm, tid % 32);
+        return;
+      }
+      if (warp >= LOAD_WARPS) return;
+      for (int t = 0; t < n; ++t) {
+        hk::wait(empty[st], phase ^ 1);             // fresh barriers pass parity 1 at once
+        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
+#pragma unroll 1
+        for (int v = tid; v < hk::WARPGROUP_THREADS; v += LOADERS)
+          issue_stage(ga, s, h, q0, ring[st], stats[st], hk::opaque(v));   // addresses stay inside the share
+        hkjit_attn_hopper::arrive_async(full[st]);
+        hk::arrive(full[st]);
+        if (++st == STAGES) { st = 0; phase ^= 1; }
+      }
+      hkjit_attn_hopper::cp_async_wait_all();       // nothing in flight when this warp exits
+      return;
+    }
     for (int t = 0; t <= n; ++t) {
       if (t < n) {
-        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
         hk::wait(empty[st], phase ^ 1);               // fresh barriers pass parity 1 at once
-        const int me = hk::opaque(tid);               // addresses stay inside the iteration
-        const T* qb = (const T*)g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
-        const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
-        load_async(ring[st].q, qb, g.q_sr, q0, s.lq, me);
-        load_async(ring[st].d_o, db, g.do_sr, q0, s.lq, me);
-        // LSE (threads 0-63) and Delta (64-127) of the block's rows; rows past the sequence read 0,
-        // which with their zero Q and dO rows gives P^T dO = 0 and dS = 0.
-        const int r = me % BQ, row = q0 + r;
-        const bool ok = row < s.lq;
-        const long long at = s.q0 + (ok ? row : 0);
-        if (me < BQ)
-          hkjit_attn_hopper::cp_async<4>(&stats[st].lse[r], g.lse + b * g.lse_sb + h * g.lse_sh + at * g.lse_sr, ok);
-        else
-          hkjit_attn_hopper::cp_async<4>(&stats[st].delta[r], g.delta + b * g.delta_sb + h * g.delta_sh + at * g.delta_sr, ok);
-        if (me == 0) {
-          stats[st].q0 = q0;
-          stats[st].shift = blockIdx.x * BKV - (s.lk - s.lq) - q0;
-        }
+        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
+        issue_stage(ga, s, h, q0, ring[st], stats[st], hk::opaque(tid));   // addresses stay inside the iteration
         hkjit_attn_hopper::arrive_async(full[st]);
         hk::arrive(full[st]);
         if (++st == STAGES) { st = 0; phase ^= 1; }
@@ -481,7 +592,7 @@ struct attention_bwd_dkdv_hopper {
     if (k0 >= s.lk) return;                                     // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], 2 * hk::WARPGROUP_THREADS);   // each producer thread: its cp.asyncs, its stats
+        hk::init(full[i], 2 * LOADERS);   // each loading thread: its cp.asyncs' arrival, its own
         hk::init(empty[i], CONSUMERS * 4);              // one arrival per consumer warp
       }
       for (int i = 0; i < 2; ++i) {

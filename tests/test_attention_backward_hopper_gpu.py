@@ -1,7 +1,8 @@
 """The sm_90a attention backward (hkjit.attention_backward and autograd through hkjit.attention) on a
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
-kernel's configurations (stages, load width); D64/D128, causal or not, MHA, GQA,
-MQA, ragged N, N_q != N_k, fp16, varlen with lengths 1..4097; gradients poisoned (NaN) first;
+kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps);
+D64/D128, causal or not, MHA, GQA, MQA, ragged N, N_q != N_k, fp16, varlen with lengths 1..4097;
+gradients poisoned (NaN) first;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -20,7 +21,9 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (2, 4, 1, 1025, 333, 128, False), (1, 6, 3, 200, 513, 128, True), (1, 2, 2, 1, 257, 64, True),
     (1, 4, 1, 4097, 64, 128, True),
 ]
-TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4)]
+TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4),
+         dict(dq_warp=1), dict(dq_warp=1, load_warps=1, dkdv_stages=3)]
+DQ_WARP = [dict(), dict(dq_warp=1, load_warps=2)]
 
 
 def _inputs(b, h, hkv, nq, nk, d, dtype="bfloat16"):
@@ -73,13 +76,15 @@ def test_four_byte_aligned_rows(d):
     check_grads(grads, torch_reference_backward(q, k, v, do, True, 1 / math.sqrt(d)), f"4-byte rows D{d}")
 
 
+@pytest.mark.parametrize("tiles", DQ_WARP, ids=str)
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
-def test_varlen_lengths(d, causal):
+def test_varlen_lengths(d, causal, tiles):
     import torch
     lq, lk, cq, ck, q, k, v = varlen_inputs(d)
     do = torch.randn_like(q)
     kw = dict(causal=causal, cu_seqlens_q=cq, cu_seqlens_k=ck)
     o, lse = hkjit.attention(q, k, v, return_lse=True, **kw)
+    kw.update(tiles)
     grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
     hkjit.attention_backward(do, q, k, v, o, lse, dq=grads[0], dk=grads[1], dv=grads[2], **kw)
     again = hkjit.attention_backward(do, q, k, v, o, lse, **kw)

@@ -3,9 +3,13 @@ override configuration of both kernels (D64 / D128, causal or not, varlen, fp16,
 stages) compiles with 0 spills and no stack, five products on wgmma (two with A from registers),
 dQ added by bulk reductions under acquire/release semaphores, and the register split (setmaxnreg) kept; the plan's shared memory and consumer
 registers are the kernel's (static_asserted in the generated unit); the configuration table and
-its limits, refused before anything compiles."""
+its limits, refused before anything compiles. The prepared dq_warp variant (dQ hand-off on its own
+producer warp, loads on 1-3 others): 0 spills across the same grid, the SASS facts that place the
+bulk reduction and the stage loads in separate loops, the buffer freed after the bulk read and
+released after completion; bad values refused before compiling."""
 
 import ctypes
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,7 @@ from hkjit.ops import _hopper_attention_bwd as B
 from hkjit.ops._attention_args import BackwardArgs
 from hkjit.targets import parse
 
-from conftest import needs_nvrtc
+from conftest import needs_nvrtc, needs_sass, sass
 
 SM90 = parse("sm_90a")
 BASE = dict(dtype="bfloat16", causal=False, varlen=False, align=16)
@@ -26,6 +30,12 @@ DKDV_CONFIGS = [dict(head_dim=d, causal=c) for d in (64, 128) for c in (False, T
                [dict(head_dim=64, causal=True, dkdv_stages=4), dict(head_dim=64, dkdv_stages=3, align=8),
                 dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=8),
                 dict(head_dim=128, align=4), dict(head_dim=64, causal=True, align=4, dkdv_stages=3)]
+# dq_warp=1 (GQA needs no kernel of its own: the group is a runtime loop)
+DQ_WARP_CONFIGS = [dict(head_dim=d, causal=c, dq_warp=1) for d in (64, 128) for c in (False, True)] + \
+                  [dict(head_dim=64, dq_warp=1, load_warps=1, dkdv_stages=4),
+                   dict(head_dim=64, causal=True, dq_warp=1, load_warps=2, dkdv_stages=3, align=4),
+                   dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=8, dq_warp=1, load_warps=2),
+                   dict(head_dim=128, dq_warp=1, load_warps=1, align=4)]
 
 
 def _compile(kernel, params):
@@ -39,7 +49,8 @@ def _compile(kernel, params):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] + [(B.DKDV, p) for p in DKDV_CONFIGS],
+@pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -58,6 +69,64 @@ def test_configs_compile_clean(kernel, params):
     assert sum("}, {%r" in line for line in wgmma) == 2 * blk // 16     # A from registers: {%r..}
     assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in r.ptx and "ld.acquire.gpu" in r.ptx
     assert B.DKDV.smem_bytes(cfg) <= SM90.smem_per_block
+
+
+def _loops(listing):
+    """(lo, hi, [instructions]) of every backward branch in cuobjdump's SASS (loops and wait retries)."""
+    ins = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4})\*/\s+(.*?)\s*;", listing)]
+    out = []
+    for a, t in ins:
+        m = re.search(r"\bBRA (?:`\()?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) <= a:
+            lo = int(m.group(1), 16)
+            out.append((lo, a, [u for b, u in ins if lo <= b <= a]))
+    return ins, out
+
+
+def _innermost(loops, addr):
+    return min((x for x in loops if x[0] <= addr <= x[1]), key=lambda x: x[1] - x[0])
+
+
+@needs_nvrtc
+@needs_sass
+@pytest.mark.parametrize("causal", [False, True])
+def test_dq_warp_sass(causal, tmp_path):
+    """dq_warp=1: the loop around the stage arrival issues the cp.asyncs (LDGSTS) and no bulk
+    operation, the loop around the bulk reduction no cp.async; after the reduction the buffer is
+    freed once shared memory is read (DEPBAR, then the mbarrier arrival), and the semaphore released
+    after the full wait. Today's kernel has the reduction inside its load loop and frees after."""
+    facts = {}
+    for dq_warp in (0, 1):
+        _, r = _compile(B.DKDV, dict(head_dim=128, causal=causal, dq_warp=dq_warp))
+        ins, loops = _loops(sass(r.code, tmp_path))
+        stage = next(a for a, t in ins if "ARRIVES.LDGSTSBAR" in t)
+        red = next(a for a, t in ins if "UBLKRED" in t)
+        load_loop, red_loop = _innermost(loops, stage)[2], _innermost(loops, red)[2]
+        after = [t.split()[0] if not t.startswith("@") else t.split()[1] for a, t in ins if a > red]
+        key = [op for op in after if op.startswith(("DEPBAR", "SYNCS.ARRIVE", "REDG"))][:4]
+        facts[dq_warp] = (any("UBLK" in t for t in load_loop), any("LDGSTS" in t for t in red_loop), key)
+        assert sum("LDGSTS.E.BYPASS.128" in t for t in load_loop) == 2        # Q's and dO's piece loops
+        assert "cp.async.bulk.wait_group.read 0" in r.ptx if dq_warp else "wait_group.read" not in r.ptx
+    wait, free, release = "DEPBAR.LE", "SYNCS.ARRIVE.TRANS64.A1T0", "REDG.E.ADD.S32.STRONG.GPU"
+    assert facts[0][0] and facts[0][2][:3] == [wait, release, free], facts
+    assert not facts[1][0] and not facts[1][1], facts
+    # ptxas emits the read wait and the full wait alike (DEPBAR.LE SB0, 0x0); the free precedes the release
+    assert facts[1][2][:4] == [wait, free, wait, release], facts
+
+
+def test_dq_warp_refusals():
+    p = dict(BASE, batch=1, heads=2, kv_heads=1, n_q=100, n_k=100, head_dim=64)
+    assert (lambda c: (c["dq_warp"], c["load_warps"]))(B.DKDV.configure(SM90, p, {})) == (0, 4)
+    assert B.DKDV.configure(SM90, p, dict(dq_warp=1))["load_warps"] == 3
+    for tiles, msg in ((dict(dq_warp=2), "dq_warp=2; valid choices: 0, 1"),
+                       (dict(dq_warp=True), "dq_warp=True; valid choices"),
+                       (dict(load_warps=2), "load_warps=2 with dq_warp=0 .*valid choices: 4"),
+                       (dict(dq_warp=1, load_warps=4), "load_warps=4 with dq_warp=1; valid choices: 1, 2, 3"),
+                       (dict(dq_warp=1, load_warps="3"), "load_warps='3'")):
+        with pytest.raises(InvalidArgumentError, match=msg):
+            B.DKDV.configure(SM90, p, tiles)
+    with pytest.raises(InvalidArgumentError, match="unknown tile override"):
+        B.DQ.configure(SM90, p, dict(dq_warp=1))
 
 
 def test_args_layout():

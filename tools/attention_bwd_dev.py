@@ -20,7 +20,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 SHAPES = [f"16,16,16,{n},{d},{c}" for n in (2048, 4096, 8192) for d in (64, 128) for c in (0, 1)] + \
     ["16,64,8,4096,128,1"]
-VARIANTS = "{}"
+# today's kernel, then the prepared dq_warp variant (dQ hand-off on its own producer warp) with 3 and 1
+# load warps (compile-checked only until measured)
+VARIANTS = "{};{'dq_warp':1};{'dq_warp':1,'load_warps':1}"
 
 
 def kernels(q, k, v, o, lse, do, causal, tiles):

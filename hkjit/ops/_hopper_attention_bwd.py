@@ -13,6 +13,14 @@ Overrides (dkdv): `block_q` (64 only: dQ is added one 64-row block at a time) an
 are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
 sum over query heads runs in one block, in order.
 
+Prepared variants of dkdv (compile-checked, not yet measured; the defaults are the kernel measured):
+`dq_warp` (0 or 1): 1 moves the dQ hand-off (semaphore wait, bulk store/reduction, release, and the
+last KV block's dQ conversion) onto warp 3 of the producer warpgroup and the stage loads onto warps
+0 .. `load_warps` - 1 (1, 2 or 3; default 3; a warp issues the loads of 4 / load_warps warps of
+today's split, warp 0 two at 3), so the next stage's loads never wait for a dQ add, and frees the
+shared dQ partial once the bulk operation has read it. The producer keeps 56 registers (at 40 or 24
+ptxas spills). Refused before compiling: other values, load_warps other than 4 without dq_warp.
+
 Workspace (dkdv, per stream): one int semaphore per (batch, head, 64-row query block), padded to 256
 bytes, zero before the first launch and left zero by every launch; then one 64 x head_dim fp32 dQ
 accumulator per query block (varlen: sized by the longest sequence).
@@ -35,6 +43,8 @@ BLOCK_KV = 64 * CONSUMERS
 BLOCK_Q = 64
 PREP_ROWS = 128
 _STAGES = (2, 3, 4)
+_DQ_WARP = (0, 1)
+_LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the producer that issue the loads
 
 
 class WorkspaceArgs(ctypes.Structure):
@@ -51,6 +61,12 @@ def consumer_regs(consumers: int) -> int:
     threads = (consumers + 1) * 128
     entry = 65536 // threads // 8 * 8
     return min(240, (entry * (consumers + 1) - PRODUCER_REGS) // consumers // 8 * 8)
+
+
+def _choice(where, name, value, choices, context=""):
+    if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
+        _err(f"{where}: {name}={value!r}{context}; valid choices: {', '.join(map(str, choices))}")
+    return value
 
 
 def _common(where, target, p):
@@ -133,8 +149,9 @@ class Prep(_Base):
 
 class Main(_Base):
     """dK, dV and dQ: one block per 128 keys of a KV head."""
-    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages"), WorkspaceArgs
-    PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec")
+    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps"), WorkspaceArgs
+    PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
+              "load_warps")
 
     def configure(self, target, p, tiles) -> Config:
         where = f"attention backward dkdv ({target.arch})"
@@ -148,8 +165,13 @@ class Main(_Base):
                  f"fit the {consumer_regs(CONSUMERS)} registers a consumer thread has)")
         if isinstance(stages, bool) or stages not in _STAGES:
             _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
+        dq_warp = _choice(where, "dq_warp", tiles.get("dq_warp", 0), _DQ_WARP)
+        loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
+                        f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
+                                                       "need dq_warp=1, whose warp 3 adds dQ)"))
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
-                     stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec)
+                     stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
+                     load_warps=loads)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -169,14 +191,14 @@ class Main(_Base):
         b = lambda v: "true" if v else "false"  # noqa: E731
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
-                f"{int(cfg['vec'])}>")
+                f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}>")
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
 
     def checks(self, cfg) -> tuple:
         """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
-        return (("CONSUMER_REGS", consumer_regs(cfg["consumers"])),)
+        return (("CONSUMER_REGS", consumer_regs(cfg["consumers"])), ("LOADERS", 32 * cfg["load_warps"]))
 
     def launch_grid(self, cfg, p) -> tuple:
         return (math.ceil(p["n_k"] / cfg["rows"]), p["kv_heads"], p["batch"])
