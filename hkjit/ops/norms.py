@@ -63,8 +63,11 @@ class NormOp(Op):
         # took 142 registers on sm_90a at 32 (one 256-thread block per SM: 61% of copy). On sm_90a
         # x and the residual both count as loads in flight, and the registers are capped so that
         # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md).
+        # The exact path's 32-register cap (2048 threads an SM) holds for the residual norms; plain
+        # LayerNorm spills under it (ptxas hoists the shared weight and bias reads), so it keeps 64.
         cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32,
-                        inputs=2 if self.residual else 1, sm_threads=SM_THREADS)
+                        inputs=2 if self.residual else 1, sm_threads=SM_THREADS,
+                        exact_sm_threads=SM_THREADS if self.layer and not self.residual else 2048)
         bias = p.get("bias", False)
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "
