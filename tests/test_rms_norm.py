@@ -99,6 +99,8 @@ def test_simulated_exact_rows_match_the_general_path(cache_dir, arch):
 def test_exact_needs_a_row_of_the_tile_s_columns():
     with pytest.raises(InvalidArgumentError, match="exact=1; 0, or 1 when hidden \\(100\\)"):
         hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=100, exact=1)
+    with pytest.raises(InvalidArgumentError, match="exact=1 with hidden=4096; .* at most 2048 .* use exact=0"):
+        hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=4096, exact=1)   # weight in shared memory
     with pytest.raises(InvalidArgumentError, match="exact=2; 0 or 1"):
         hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=128, exact=2)
     op = hkjit.ops.get("rms_norm")
