@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hkjit
 from hkjit import cli, ops, spec
+from hkjit.bench.cold_compile import environment
 from hkjit.errors import HKJitError
 
 from conftest import HAVE_GPU, needs_clang
@@ -37,22 +38,13 @@ DTYPES = [ml_dtypes.bfloat16, np.float16, np.float32, np.float64, np.int8, np.in
 
 @contextlib.contextmanager
 def _environment(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """The environment variables set (None: removed) and hkjit's state reset, inside the block."""
+    with environment(**values):
         hkjit.reset_state()
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        hkjit.reset_state()
+        try:
+            yield
+        finally:
+            hkjit.reset_state()
 
 
 @settings(max_examples=150, **SETTINGS)

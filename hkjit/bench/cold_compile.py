@@ -37,20 +37,22 @@ DEFAULT_TARGETS = ("sm_90a", "gfx942", "gfx950")
 
 
 @contextlib.contextmanager
-def _env(**values):
+def environment(**values):
+    """os.environ with `values` set (None: the variable removed) inside the block, restored after."""
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: v for k, v in values.items() if v is not None})
+    try:
+        _set_environ(values)
+        yield
+    finally:
+        _set_environ(saved)
+
+
+def _set_environ(values):
     for k, v in values.items():
         if v is None:
             os.environ.pop(k, None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        else:
+            os.environ[k] = v
 
 
 def _forget_kernels():
@@ -84,7 +86,7 @@ def cold_compile(names=None, wanted=DEFAULT_TARGETS, log=print) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="hkjit-cold-") as tmp:
         # A process's first compiles run slower (libraries paged in, caches cold; up to 0.25 s
         # more on the H200 host): one untimed build per target first, so no row carries that.
-        with _env(HKJIT_CACHE_DIR=str(Path(tmp) / "warm-up"), HKJIT_PCH="0"):
+        with environment(HKJIT_CACHE_DIR=str(Path(tmp) / "warm-up"), HKJIT_PCH="0"):
             for target in found:
                 _forget_kernels()
                 with contextlib.suppress(Exception):
@@ -123,10 +125,10 @@ def _sibling(op: str, target: str, shape: dict) -> dict | None:
 
 
 def _one(op, target, shape, folder: Path) -> dict:
-    with _env(HKJIT_CACHE_DIR=str(folder / "off"), HKJIT_PCH="0"):
+    with environment(HKJIT_CACHE_DIR=str(folder / "off"), HKJIT_PCH="0"):
         _forget_kernels()
         t_off, off = _timed(op, target, shape)
-    with _env(HKJIT_CACHE_DIR=str(folder / "on"), HKJIT_PCH="1"):
+    with environment(HKJIT_CACHE_DIR=str(folder / "on"), HKJIT_PCH="1"):
         pch.reset(process_pchs=True)   # as in a fresh process
         _forget_kernels()
         t_first, first = _timed(op, target, shape)
@@ -283,7 +285,7 @@ def parallel(names=None, wanted=DEFAULT_TARGETS, log=print) -> dict:
     kernels = {}
     with tempfile.TemporaryDirectory(prefix="hkjit-parallel-") as tmp:
         for label, n in (("serial", 1), ("parallel", workers)):
-            with _env(HKJIT_CACHE_DIR=str(Path(tmp) / f"cache-{label}")):
+            with environment(HKJIT_CACHE_DIR=str(Path(tmp) / f"cache-{label}")):
                 _forget_kernels()
                 pch.reset(process_pchs=True)
                 t0 = time.perf_counter()
