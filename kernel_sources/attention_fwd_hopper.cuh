@@ -104,66 +104,60 @@ struct attention_fwd_hopper {
   }
 
   // ---- producer ------------------------------------------------------------------------------------
-  // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it waits
-  // for the stage to be free, announces the stage's bytes on full[s] (its one arrival) and issues
-  // D / 64 copies for K and as many for V, one per 64-column swizzle chunk of the tile.
+  // The ring walk every producer shares: KV block j waits for its stage to be free, then
+  // fill(stage, j, full[stage]) issues the stage's loads and the arrival that completes full.
+  template <class Fill>
+  static __device__ __forceinline__ void fill_stages(int blocks, stage_t* ring, hk::mbarrier* full,
+                                                     hk::mbarrier* empty, Fill fill) {
+    int st = 0, phase = 0;
+#pragma unroll 1
+    for (int j = 0; j < blocks; ++j) {                // issue only: nothing to unroll for
+      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
+      fill(ring[st], j, full[st]);
+      if (++st == STAGES) { st = 0; phase ^= 1; }
+    }
+  }
+
+  // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it
+  // announces the stage's bytes on full[s] (its one arrival) and issues D / 64 copies for K and as
+  // many for V, one per 64-column swizzle chunk of the tile.
   static __device__ void produce_tma(const args& g, int blocks, stage_t* ring, hk::mbarrier* full,
                                      hk::mbarrier* empty) {
     const int b = blockIdx.z, hk_ = blockIdx.y / (g.heads / g.kv_heads);
     hk::tma::prefetch(g.k_map);
     hk::tma::prefetch(g.v_map);
-    int st = 0, phase = 0;
-#pragma unroll 1
-    for (int j = 0; j < blocks; ++j) {                // (not unrolled: 2 D / 64 copies per KV block in the SASS)
-      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
-      stage_t& x = ring[st];
-      hk::arrive_expect_tx(full[st], sizeof(stage_t));
+    fill_stages(blocks, ring, full, empty, [&](stage_t& x, int j, hk::mbarrier& f) {
+      hk::arrive_expect_tx(f, sizeof(stage_t));
 #pragma unroll
       for (int c = 0; c < k_t::chunks; ++c) {
-        hk::tma::load_async(x.k.chunk(c), g.k_map, c * k_t::chunk_cols, j * BKV, hk_, b, full[st]);
-        hk::tma::load_async(x.v.chunk(c), g.v_map, c * v_t::chunk_cols, j * BKV, hk_, b, full[st]);
+        hk::tma::load_async(x.k.chunk(c), g.k_map, c * k_t::chunk_cols, j * BKV, hk_, b, f);
+        hk::tma::load_async(x.v.chunk(c), g.v_map, c * v_t::chunk_cols, j * BKV, hk_, b, f);
       }
-      if (++st == STAGES) { st = 0; phase ^= 1; }
-    }
+    });
   }
 
   // cp.async: every thread of the producer issues its pieces of K and V (a whole stage in flight)
   // and one arrival on full[s] that lands when they have; WHOLE blocks (all keys below n_k) go
   // unrolled without predicates, a sequence's last block piece by piece with zero fill.
-  static __device__ void produce_cpasync(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
-                                         hk::mbarrier* empty) {
-    const int b = blockIdx.z, h = blockIdx.y, hk_ = h / (g.heads / g.kv_heads);
-    const T* kb = g.k + b * g.k_sb + hk_ * g.k_sh + (long long)s.k0 * g.k_sr;
-    const T* vb = g.v + b * g.v_sb + hk_ * g.v_sh + (long long)s.k0 * g.v_sr;
-    const int tid = hk::warpgroup_thread();
-    int st = 0, phase = 0;
-#pragma unroll 1
-    for (int j = 0; j < blocks; ++j) {
-      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
-      stage_t& x = ring[st];
-      hkjit_attn_hopper::load_tile_async<VEC, true>(x.k, kb, g.k_sr, j * BKV, s.lk, tid);
-      hkjit_attn_hopper::load_tile_async<VEC, true>(x.v, vb, g.v_sr, j * BKV, s.lk, tid);
-      hkjit_attn_hopper::arrive_async(full[st]);
-      if (++st == STAGES) { st = 0; phase ^= 1; }
-    }
-  }
-
+  // "lsu": plain loads and shared stores, then a proxy fence and an ordinary arrival.
   static __device__ void produce(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
                                  hk::mbarrier* empty) {
     const int b = blockIdx.z, h = blockIdx.y, hk_ = h / (g.heads / g.kv_heads);
     const T* kb = g.k + b * g.k_sb + hk_ * g.k_sh + (long long)s.k0 * g.k_sr;
     const T* vb = g.v + b * g.v_sb + hk_ * g.v_sh + (long long)s.k0 * g.v_sr;
     const int tid = hk::warpgroup_thread();
-    int st = 0, phase = 0;
-    for (int j = 0; j < blocks; ++j) {
-      hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
-      stage_t& x = ring[st];
-      load_tile(x.k, kb, g.k_sr, j * BKV, s.lk, 0, tid);
-      load_tile(x.v, vb, g.v_sr, j * BKV, s.lk, 0, tid);
-      hk::fence_proxy_async();                        // generic-proxy writes, read next by wgmma
-      hk::arrive(full[st]);
-      if (++st == STAGES) { st = 0; phase ^= 1; }
-    }
+    fill_stages(blocks, ring, full, empty, [&](stage_t& x, int j, hk::mbarrier& f) {
+      if constexpr (CPASYNC) {
+        hkjit_attn_hopper::load_tile_async<VEC, true>(x.k, kb, g.k_sr, j * BKV, s.lk, tid);
+        hkjit_attn_hopper::load_tile_async<VEC, true>(x.v, vb, g.v_sr, j * BKV, s.lk, tid);
+        hkjit_attn_hopper::arrive_async(f);
+      } else {
+        load_tile(x.k, kb, g.k_sr, j * BKV, s.lk, 0, tid);
+        load_tile(x.v, vb, g.v_sr, j * BKV, s.lk, 0, tid);
+        hk::fence_proxy_async();                      // generic-proxy writes, read next by wgmma
+        hk::arrive(f);
+      }
+    });
   }
 
   // ---- consumers -------------------------------------------------------------------------------------
@@ -352,10 +346,8 @@ struct attention_fwd_hopper {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       if constexpr (TMA) {
         if (hk::warpgroup_thread() == 0) produce_tma(g, blocks, ring, full, empty);
-      } else if constexpr (CPASYNC) {
-        produce_cpasync(g, s, blocks, ring, full, empty);
       } else {
-        produce(g, s, blocks, ring, full, empty);
+        produce(g, s, blocks, ring, full, empty);     // lsu or cpasync
       }
     } else {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();   // (one consumer has them all)
