@@ -75,7 +75,7 @@ struct attention_bwd_dq_cdna {
   using RS = hk::rt<float, BKV, WQ, hk::acc_l, S1>;   // S^T, dP^T (keys x queries)
   using RDS = hk::rt<T, BKV, WQ, hk::col_l, S2>;      // dS^T as the B operand
   using RKT = hk::rt<T, BKV, D, hk::col_l, S2>;       // K read transposed: A^T of dQ^T
-  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // dQ^T
+  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // dQ^T, rows in load_acc_order's order
   static constexpr int QS = RS::TC;
 
   static __device__ void run(const args& g) {
@@ -204,7 +204,7 @@ struct attention_bwd_dq_cdna {
     }
     hk::mul(dqt, dqt, g.scale);
     T* dQ = (T*)g.dq + (long long)b * g.dq_sb + (long long)h * g.dq_sh + (long long)(q_off + qw) * g.dq_sr;
-    hk::store(dQ, 1, g.dq_sr, dqt, D, Lq - qw);
+    hkjit_attn::store_acc_order(dQ, g.dq_sr, dqt, Lq - qw);
   }
 };
 
@@ -224,7 +224,7 @@ struct attention_bwd_dkdv_cdna {
   using RS = hk::rt<float, BQ, WK, hk::acc_l, S1>;   // S, dP (queries x keys)
   using RP = hk::rt<T, BQ, WK, hk::col_l, S2>;       // P, dS as B operands (K = queries)
   using RQT = hk::rt<T, BQ, D, hk::col_l, S2>;       // Q, dO read transposed
-  using RO = hk::rt<float, D, WK, hk::acc_l, S2>;    // dK^T, dV^T (D x keys)
+  using RO = hk::rt<float, D, WK, hk::acc_l, S2>;    // dK^T, dV^T (D x keys), rows in load_acc_order's order
   static_assert(S1::ACC == 4 && S1::MI == 16, "16x16 accumulators");
 
   static __device__ void run(const args& g) {
@@ -325,7 +325,7 @@ struct attention_bwd_dkdv_cdna {
     hk::mul(dkt, dkt, g.scale);
     T* dK = (T*)g.dk + (long long)b * g.dk_sb + (long long)kh * g.dk_sh + (long long)(k_off + kw) * g.dk_sr;
     T* dV = (T*)g.dv + (long long)b * g.dv_sb + (long long)kh * g.dv_sh + (long long)(k_off + kw) * g.dv_sr;
-    hk::store(dK, 1, g.dk_sr, dkt, D, Lk - kw);
-    hk::store(dV, 1, g.dv_sr, dvt, D, Lk - kw);
+    hkjit_attn::store_acc_order(dK, g.dk_sr, dkt, Lk - kw);
+    hkjit_attn::store_acc_order(dV, g.dv_sr, dvt, Lk - kw);
   }
 };
