@@ -61,6 +61,35 @@ HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<f
       for (int e = 0; e < S::E; ++e) dst.t[j][k][e] = hk::from_float<T>(acc.t[(S::MK / 16) * k + e / 4][j][e % 4]);
 }
 
+// An fp32 accumulator tile parked in LDS for another wave that holds a tile of the same shape
+// and layout (the dK/dV kernel's P hand-over): lane l's ACC registers of subtile (i, j) at slot
+// (i TC + j) 64 + l, so each lane writes and reads 16 contiguous bytes (ds_write_b128 /
+// ds_read_b128) and a subtile is one conflict-free KiB.
+template <typename RT>
+struct acc_slab {
+  alignas(16) hk::vec<float, RT::shape::ACC> v[RT::TR * RT::TC * 64];
+};
+template <typename T, int R, int C, typename S>
+HK_INLINE void put(acc_slab<hk::rt<T, R, C, hk::acc_l, S>>& dst, const hk::rt<T, R, C, hk::acc_l, S>& src) {
+  using RT = hk::rt<T, R, C, hk::acc_l, S>;
+  HK_LDS hk::vec<float, S::ACC>* d = (HK_LDS hk::vec<float, S::ACC>*)(HK_LDS void*)dst.v;
+  const int l = hk::lane_id();
+#pragma unroll
+  for (int i = 0; i < RT::TR; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::TC; ++j) d[(i * RT::TC + j) * 64 + l] = src.t[i][j];
+}
+template <typename T, int R, int C, typename S>
+HK_INLINE void take(hk::rt<T, R, C, hk::acc_l, S>& dst, const acc_slab<hk::rt<T, R, C, hk::acc_l, S>>& src) {
+  using RT = hk::rt<T, R, C, hk::acc_l, S>;
+  const HK_LDS hk::vec<float, S::ACC>* p = (const HK_LDS hk::vec<float, S::ACC>*)(const HK_LDS void*)src.v;
+  const int l = hk::lane_id();
+#pragma unroll
+  for (int i = 0; i < RT::TR; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::TC; ++j) dst.t[i][j] = p[(i * RT::TC + j) * 64 + l];
+}
+
 // gfx942 has no transposing LDS read. An A^T operand wants, per lane, E K-consecutive elements of
 // one MN column: read element by element that is one ds_read_u16 per element. But the MN index of
 // an operand is the accumulator's row, and which row of a product stands for which MN column is the
