@@ -237,6 +237,9 @@ struct attention_bwd_dkdv_cdna {
   static constexpr int lds_bytes = 2 * 2 * StQ::bytes + PAIRS * (int)sizeof(Slab);
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
   static_assert(S1::ACC == 4 && S1::MI == 16, "16x16 accumulators");
+  // At D64 with 32-query blocks a wave needs about 125 registers: ask the compiler for at most 128
+  // (4 waves per SIMD, two workgroups per CU). Elsewhere no cap (a larger block_q may need more).
+  static constexpr int amd_waves_per_simd = D == 64 && BQ == 32 ? 4 : 1;
 
   static __device__ void run(const args& g) {
     __shared__ StQ tiles[2][2];   // [stage][0: Q, 1: dO]
@@ -299,17 +302,21 @@ struct attention_bwd_dkdv_cdna {
           hk::zero(x);
           hk::mma_ABt(x, rq, rkv, x);
         }
-        // Row r = 16 i + acc_row(v) of the block: query q0 + r, its LSE or Delta (0 past the end).
-        const float* stat_h = stat + (long long)b * st_sb + (long long)head_of(t) * st_sh + q_off;
-        auto row = [&](int i, int v) { return q0 + i * 16 + S1::acc_row(v, l); };
-        auto row_stat = [&](int qi) { return qi < Lq ? stat_h[qi] : 0.0f; };
+        // Row r = 16 i + acc_row(v) of the block: query q0 + r and its LSE or Delta, read through a
+        // buffer that ends at the last query (rows past it read 0; no branch per row).
+        const hk::buffer stats =
+            hk::make_buffer(stat + (long long)b * st_sb + (long long)head_of(t) * st_sh + q_off + q0, (Lq - q0) * 4ll);
+        auto row = [&](int i, int v) { return i * 16 + S1::acc_row(v, l); };
+        auto row_stat = [&](int r) {
+          return __builtin_bit_cast(float, __builtin_amdgcn_raw_buffer_load_b32(stats, (hk::u32)(4 * r), 0, 0));
+        };
         if (!ds) {
 #pragma unroll
           for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
             for (int v = 0; v < S1::ACC; ++v) {
-              const int qi = row(i, v);
-              const float x2 = row_stat(qi);
+              const int qi = q0 + row(i, v);
+              const float x2 = row_stat(row(i, v));
               const float lse2 = x2 == hk::neg_inf() ? 0.0f : x2 * 1.4426950408889634f;
               const int last = qi >= Lq ? -1 : (CAUSAL ? hk::min(Lk - 1, qi + shift) : Lk - 1);
               const int lim = last - kw - S1::acc_col(l);

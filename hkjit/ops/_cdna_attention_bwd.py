@@ -3,8 +3,7 @@
 Two kernels, each with the per-arch interface of hkjit/ops/gemm.py as an object (`DQ`, `DKDV`):
 
 - dq: 4 waves x 32 queries of one head (also writes Delta); streams KV blocks of `block_kv` keys
-  through LDS (64 by default: 64 KiB at D128; 32 at D128 on gfx942, where 64 needs more than 256
-  registers per wave).
+  through LDS (64 by default: 64 KiB at D128; 32 at D128 on gfx942, whose LDS is 64 KiB).
 - dkdv: 8 waves, 4 pairs x 32 keys of one KV head (in a pair, one wave computes P and dV, the
   other dS and dK); streams query blocks of `block_q` (32) of every query head of the group
   through LDS (32 KiB at D128, plus 16 KiB for the P hand-over).
@@ -127,8 +126,8 @@ class Kernel:
 
 
 def _dq_block(arch, head_dim):
-    """KV block of the dQ kernel: 64, but 32 at D128 on gfx942, where a 64-key block's scores and
-    their 16x16x16 operands take the wave past 256 registers (307 + AGPRs: one wave per SIMD)."""
+    """KV block of the dQ kernel: 64, but 32 at D128 on gfx942, where a 64-key block takes all 64 KiB
+    of LDS and 307 registers + 51 AGPRs (one wave per SIMD); 32 keys: 32 KiB and 248 (two)."""
     return 32 if arch == "gfx942" and head_dim == 128 else 64
 
 
