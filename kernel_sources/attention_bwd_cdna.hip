@@ -8,13 +8,15 @@
 //                            other kernel) and dQ, streaming KV blocks through LDS;
 //   attention_bwd_dkdv_cdna  one workgroup per (KV block, KV head, batch): dK, dV, streaming the
 //                            query blocks of every query head of the group (a deterministic sum),
-//                            after the first kernel (it reads Delta).
+//                            after the first kernel (it reads Delta); its waves work in pairs, one
+//                            computing P and dV, the other dS and dK (see the kernel).
 // Both keep their own rows in registers and compute transposed products (S^T in the first, dK^T and
 // dV^T in the second) so that every 16x16 fp32 accumulator is, register for register, the B
 // operand of the next MFMA, in the accumulators' K order (attention_cdna_common.hpp). Scores are in base-2 units:
 // the resident operand (Q in the first kernel, K in the second) is pre-scaled by c log2(e) and
 // LSE multiplied by log2(e). Schedule: two LDS stages; per block, issue the next block's
-// direct-to-LDS loads, compute, wait for this wave's loads, barrier.
+// direct-to-LDS loads, compute (dkdv: with a barrier between the pair's halves), wait for this
+// wave's loads, barrier.
 #pragma once
 #include "attention_cdna_common.hpp"
 
