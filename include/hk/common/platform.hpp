@@ -110,7 +110,7 @@ template <class KEY, int AXIS> struct tile_vec;
 // registers for (__launch_bounds__'s second argument, a register cap for streaming kernels whose
 // speed is the loads they keep in flight; default 1). CDNA compilers take the block size and, where
 // K says `static constexpr int amd_waves_per_simd`, the waves per SIMD to leave registers for
-// (amdgpu_waves_per_eu: a register cap of 512 / waves; default none).
+// (amdgpu_waves_per_eu: a register cap of 512 / waves; default: the waves one block puts on a SIMD).
 namespace hk {
 template <class K> HK_HD constexpr int min_blocks_of() {
   if constexpr (requires { K::min_blocks; }) return K::min_blocks;
@@ -118,11 +118,11 @@ template <class K> HK_HD constexpr int min_blocks_of() {
 }
 template <class K> HK_HD constexpr int amd_waves_of() {
   if constexpr (requires { K::amd_waves_per_simd; }) return K::amd_waves_per_simd;
-  else return 1;
+  else return (K::threads + 255) / 256;   // what the block size implies anyway (4 SIMDs)
 }
 }  // namespace hk
-#define HK_ENTRY(name, K) \
-  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::min_blocks_of<K>()) HK_AMD_WAVES(hk::amd_waves_of<K>()) \
-      name(const HK_GRID_CONSTANT K::args a) {                                                                         \
-    K::run(a);                                                                                                          \
+#define HK_ENTRY(name, K)                                                                              \
+  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::min_blocks_of<K>())                      \
+      HK_AMD_WAVES(hk::amd_waves_of<K>()) name(const HK_GRID_CONSTANT K::args a) {                     \
+    K::run(a);                                                                                         \
   }
