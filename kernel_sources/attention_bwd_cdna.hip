@@ -8,13 +8,15 @@
 //                            other kernel) and dQ, streaming KV blocks through LDS;
 //   attention_bwd_dkdv_cdna  one workgroup per (KV block, KV head, batch): dK, dV, streaming the
 //                            query blocks of every query head of the group (a deterministic sum),
-//                            after the first kernel (it reads Delta).
+//                            after the first kernel (it reads Delta); its waves work in pairs, one
+//                            computing P and dV, the other dS and dK (see the kernel).
 // Both keep their own rows in registers and compute transposed products (S^T in the first, dK^T and
 // dV^T in the second) so that every 16x16 fp32 accumulator is, register for register, the B
 // operand of the next MFMA, in the accumulators' K order (attention_cdna_common.hpp). Scores are in base-2 units:
 // the resident operand (Q in the first kernel, K in the second) is pre-scaled by c log2(e) and
 // LSE multiplied by log2(e). Schedule: two LDS stages; per block, issue the next block's
-// direct-to-LDS loads, compute, wait for this wave's loads, barrier.
+// direct-to-LDS loads, compute (dkdv: with a barrier between the pair's halves), wait for this
+// wave's loads, barrier.
 #pragma once
 #include "attention_cdna_common.hpp"
 
@@ -75,7 +77,7 @@ struct attention_bwd_dq_cdna {
   using RS = hk::rt<float, BKV, WQ, hk::acc_l, S1>;   // S^T, dP^T (keys x queries)
   using RDS = hk::rt<T, BKV, WQ, hk::col_l, S2>;      // dS^T as the B operand
   using RKT = hk::rt<T, BKV, D, hk::col_l, S2>;       // K read transposed: A^T of dQ^T
-  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // dQ^T
+  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // dQ^T, rows in load_acc_order's order
   static constexpr int QS = RS::TC;
 
   static __device__ void run(const args& g) {
@@ -204,32 +206,46 @@ struct attention_bwd_dq_cdna {
     }
     hk::mul(dqt, dqt, g.scale);
     T* dQ = (T*)g.dq + (long long)b * g.dq_sb + (long long)h * g.dq_sh + (long long)(q_off + qw) * g.dq_sr;
-    hk::store(dQ, 1, g.dq_sr, dqt, D, Lq - qw);
+    hkjit_attn::store_acc_order(dQ, g.dq_sr, dqt, Lq - qw);
   }
 };
 
+// dK and dV of each 32-key slice are computed by a pair of waves, w and w + PAIRS (the same SIMD):
+// the P wave (w < PAIRS) holds K (pre-scaled) and dV^T, the dS wave holds V and dK^T. Per query
+// block (Q and dO tiles in LDS, two stages; `|` is a barrier):
+//   P wave:   S  = Q K^T,  P = 2^(S - LSE) masked, P to the pair's slab  |  dV^T += dO^T P
+//   dS wave:  dP = dO V^T                                                |  dS = P o (dP - Delta), P from the slab;
+//                                                                        |  dK^T += Q^T dS
+// The two run the same code on swapped tiles and differ only in the element-wise step. Each holds
+// one resident operand (32 keys x D) and one accumulator (D x 32): half of what one wave computing
+// both gradients holds (192 of 256 registers at D128), so two waves per SIMD fit at D128.
 template <typename T, int D, int BQ, int WAVES, bool CAUSAL, bool VARLEN, int LOAD_BYTES>
 struct attention_bwd_dkdv_cdna {
   static constexpr int threads = WAVES * 64;
   static constexpr int dynamic_smem = 0;
-  static constexpr int WK = 32, BKV = WAVES * WK;
+  static constexpr int PAIRS = WAVES / 2, WK = 32, BKV = PAIRS * WK;
+  static_assert(WAVES % 2 == 0, "waves come in pairs");
   using args = hkjit_attn::bwd_args;
   using S1 = hk::default_shape;
   using S2 = hk::default_shape;   // second products in the accumulators' K order (acc_to_operand)
   using StQ = hk::st<T, BQ, D, hk::arch_swz_k>;    // Q and dO: read row_l (S, dP) and col_l (dK^T, dV^T)
-  static constexpr int lds_bytes = 2 * 2 * StQ::bytes;
+  using RK = hk::rt<T, WK, D, hk::row_l, S1>;        // K (pre-scaled) or V: the pair's keys
+  using RQ = hk::rt<T, BQ, D, hk::row_l, S1>;        // Q or dO of the query block
+  using RS = hk::rt<float, BQ, WK, hk::acc_l, S1>;   // S or dP (queries x keys)
+  using RP = hk::rt<T, BQ, WK, hk::col_l, S2>;       // P or dS as the B operand (K = queries)
+  using RQT = hk::rt<T, BQ, D, hk::col_l, S2>;       // dO or Q read transposed
+  using RO = hk::rt<float, D, WK, hk::acc_l, S2>;    // dV^T or dK^T (D x keys), rows in load_acc_order's order
+  using Slab = hkjit_attn::acc_slab<RS>;
+  static constexpr int lds_bytes = 2 * 2 * StQ::bytes + PAIRS * (int)sizeof(Slab);
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
-  using RK = hk::rt<T, WK, D, hk::row_l, S1>;        // K (pre-scaled), V: this wave's keys
-  using RQ = hk::rt<T, BQ, D, hk::row_l, S1>;        // Q, dO of the query block
-  using RS = hk::rt<float, BQ, WK, hk::acc_l, S1>;   // S, dP (queries x keys)
-  using RP = hk::rt<T, BQ, WK, hk::col_l, S2>;       // P, dS as B operands (K = queries)
-  using RQT = hk::rt<T, BQ, D, hk::col_l, S2>;       // Q, dO read transposed
-  using RO = hk::rt<float, D, WK, hk::acc_l, S2>;    // dK^T, dV^T (D x keys)
   static_assert(S1::ACC == 4 && S1::MI == 16, "16x16 accumulators");
+  // At D64 with 32-query blocks a wave needs about 125 registers: ask the compiler for at most 128
+  // (4 waves per SIMD, two workgroups per CU). Elsewhere no cap (a larger block_q may need more).
+  static constexpr int amd_waves_per_simd = D == 64 && BQ == 32 ? 4 : 1;
 
   static __device__ void run(const args& g) {
-    __shared__ StQ sQ[2];
-    __shared__ StQ sD[2];
+    __shared__ StQ tiles[2][2];   // [stage][0: Q, 1: dO]
+    __shared__ Slab slab[PAIRS];
     const int kb = hk::block_id_x(), kh = hk::block_id_y(), b = hk::block_id_z();
     const int group = g.heads / g.kv_heads;
     int q_off, Lq, k_off, Lk;
@@ -238,13 +254,22 @@ struct attention_bwd_dkdv_cdna {
     const int k0 = kb * BKV;
     if (k0 >= Lk) return;
     const int wave = hk::wave_id(), l = hk::lane_id();
-    const int kw = k0 + wave * WK;
-    const T* K = (const T*)g.k + (long long)b * g.k_sb + (long long)kh * g.k_sh + (long long)k_off * g.k_sr;
-    const T* V = (const T*)g.v + (long long)b * g.v_sb + (long long)kh * g.v_sh + (long long)k_off * g.v_sr;
-    RK rk, rv;
-    hkjit_attn::load_rows<LOAD_BYTES>(rk, K, g.k_sr, kw, Lk);
-    hk::mul(rk, rk, g.scale_log2);
-    hkjit_attn::load_rows<LOAD_BYTES>(rv, V, g.v_sr, kw, Lk);
+    const int pair = wave % PAIRS, ds = wave / PAIRS;   // ds: this is the dS wave
+    const int kw = k0 + pair * WK;
+    // The resident operand: K scaled by c log2(e) (P wave) or V; the streamed matrix this wave loads
+    // (Q or dO); the per-row statistic (LSE or Delta; rows contiguous: hkjit checks before launch).
+    RK rkv;
+    {
+      const T* kv = (const T*)(ds ? g.v : g.k);
+      const long long sb = ds ? g.v_sb : g.k_sb, sh = ds ? g.v_sh : g.k_sh, sr = ds ? g.v_sr : g.k_sr;
+      hkjit_attn::load_rows<LOAD_BYTES>(rkv, kv + (long long)b * sb + (long long)kh * sh + (long long)k_off * sr, sr,
+                                        kw, Lk);
+      hk::mul(rkv, rkv, ds ? 1.0f : g.scale_log2);
+    }
+    const T* mine = (const T*)(ds ? g.d_o : g.q);
+    const long long m_sb = ds ? g.do_sb : g.q_sb, m_sh = ds ? g.do_sh : g.q_sh, m_sr = ds ? g.do_sr : g.q_sr;
+    const float* stat = ds ? g.delta : g.lse;
+    const long long st_sb = ds ? g.delta_sb : g.lse_sb, st_sh = ds ? g.delta_sh : g.lse_sh;
 
     // Query blocks that see a key of this block: causal starts at the first query seeing key k0.
     const int shift = Lk - Lq;
@@ -252,80 +277,85 @@ struct attention_bwd_dkdv_cdna {
     const int nqb = hk::ceil_div(Lq, BQ);
     const int per_head = hk::max(0, nqb - qb0);
     const int steps = group * per_head;
-    RO dkt, dvt;
-    hk::zero(dkt);
-    hk::zero(dvt);
+    RO acc;   // dV^T (P wave) or dK^T (dS wave)
+    hk::zero(acc);
     if (steps > 0) {
-      hk::tile_loader<StQ, WAVES, LOAD_BYTES> lq, ld;
-      lq.init(g.q_sr, wave);
-      ld.init(g.do_sr, wave);
-      const long long q_end = (long long)(Lq - 1) * g.q_sr + D, d_end = (long long)(Lq - 1) * g.do_sr + D;
+      // The P waves load the Q tiles, the dS waves the dO tiles.
+      hk::tile_loader<StQ, PAIRS, LOAD_BYTES> ld;
+      ld.init(m_sr, pair);
+      const long long m_end = (long long)(Lq - 1) * m_sr + D;
       auto head_of = [&](int t) { return kh * group + t / per_head; };
       auto q0_of = [&](int t) { return (qb0 + t % per_head) * BQ; };
       auto issue = [&](int t, int stage) {
-        const int h = head_of(t);
         const long long r = q0_of(t);
-        const T* Q = (const T*)g.q + (long long)b * g.q_sb + (long long)h * g.q_sh + (q_off + r) * g.q_sr;
-        const T* dO = (const T*)g.d_o + (long long)b * g.do_sb + (long long)h * g.do_sh + (q_off + r) * g.do_sr;
-        lq.issue(sQ[stage], Q, (q_end - r * g.q_sr) * (long long)sizeof(T));
-        ld.issue(sD[stage], dO, (d_end - r * g.do_sr) * (long long)sizeof(T));
+        const T* p = mine + (long long)b * m_sb + (long long)head_of(t) * m_sh + (q_off + r) * m_sr;
+        ld.issue(tiles[stage][ds], p, (m_end - r * m_sr) * (long long)sizeof(T));
       };
       issue(0, 0);
       hk::wait_vm<0>();
       hk::barrier();
       for (int t = 0; t < steps; ++t) {
-        const int s = t & 1, h = head_of(t), q0 = q0_of(t);
+        const int s = t & 1, q0 = q0_of(t);
         if (t + 1 < steps) issue(t + 1, s ^ 1);
-        RS sc, dp;
+        RS x;   // S (P wave) or dP (dS wave)
         {
           RQ rq;
-          hk::load(rq, sQ[s], 0, 0);
-          hk::zero(sc);
-          hk::mma_ABt(sc, rq, rk, sc);
-          hk::load(rq, sD[s], 0, 0);
-          hk::zero(dp);
-          hk::mma_ABt(dp, rq, rv, dp);
+          hk::load(rq, tiles[s][ds], 0, 0);
+          hk::zero(x);
+          hk::mma_ABt(x, rq, rkv, x);
         }
-        // Per row (query q0 + 16 i + acc_row(v)): LSE, Delta, and the last key it sees.
-        RP p, ds;
-        // LSE and Delta rows are contiguous (lse_sr = delta_sr = 1: hkjit checks before launch).
-        const float* lse_h = g.lse + (long long)b * g.lse_sb + (long long)h * g.lse_sh + q_off;
-        const float* delta_h = g.delta + (long long)b * g.delta_sb + (long long)h * g.delta_sh + q_off;
+        // Row r = 16 i + acc_row(v) of the block: query q0 + r and its LSE or Delta, read through a
+        // buffer that ends at the last query (rows past it read 0; no branch per row).
+        const hk::buffer stats =
+            hk::make_buffer(stat + (long long)b * st_sb + (long long)head_of(t) * st_sh + q_off + q0, (Lq - q0) * 4ll);
+        auto row = [&](int i, int v) { return i * 16 + S1::acc_row(v, l); };
+        auto row_stat = [&](int r) {
+          return __builtin_bit_cast(float, __builtin_amdgcn_raw_buffer_load_b32(stats, (hk::u32)(4 * r), 0, 0));
+        };
+        if (!ds) {
 #pragma unroll
-        for (int i = 0; i < RS::TR; ++i)
+          for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
-          for (int v = 0; v < S1::ACC; ++v) {
-            const int qi = q0 + i * 16 + S1::acc_row(v, l);
-            const bool ok = qi < Lq;
-            const float x = ok ? lse_h[qi] : 0.0f;
-            const float lse2 = x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;
-            const float dl = ok ? delta_h[qi] : 0.0f;
-            const int last = !ok ? -1 : (CAUSAL ? hk::min(Lk - 1, qi + shift) : Lk - 1);
-            const int lim = last - kw - S1::acc_col(l);
+            for (int v = 0; v < S1::ACC; ++v) {
+              const int qi = q0 + row(i, v);
+              const float x2 = row_stat(row(i, v));
+              const float lse2 = x2 == hk::neg_inf() ? 0.0f : x2 * 1.4426950408889634f;
+              const int last = qi >= Lq ? -1 : (CAUSAL ? hk::min(Lk - 1, qi + shift) : Lk - 1);
+              const int lim = last - kw - S1::acc_col(l);
 #pragma unroll
-            for (int j = 0; j < RS::TC; ++j) {
-              const float e = hk::fast_exp2(hkjit_attn::mask_by_sign(sc.t[i][j][v], lim - j * 16) - lse2);
-              sc.t[i][j][v] = e;
-              dp.t[i][j][v] = e * (dp.t[i][j][v] - dl);   // dS
+              for (int j = 0; j < RS::TC; ++j)
+                x.t[i][j][v] = hk::fast_exp2(hkjit_attn::mask_by_sign(x.t[i][j][v], lim - j * 16) - lse2);   // P
             }
-          }
-        hkjit_attn::acc_to_operand(p, sc);
-        hkjit_attn::acc_to_operand(ds, dp);
+          hkjit_attn::put(slab[pair], x);
+        }
+        hk::sync_lds();   // P in the slab
+        if (ds) {
+          RS p;
+          hkjit_attn::take(p, slab[pair]);
+#pragma unroll
+          for (int i = 0; i < RS::TR; ++i)
+#pragma unroll
+            for (int v = 0; v < S1::ACC; ++v) {
+              const float dl = row_stat(row(i, v));
+#pragma unroll
+              for (int j = 0; j < RS::TC; ++j) x.t[i][j][v] = p.t[i][j][v] * (x.t[i][j][v] - dl);   // dS
+            }
+        }
         {
+          RP op;
+          hkjit_attn::acc_to_operand(op, x);
           RQT rt_;
-          hkjit_attn::load_acc_order(rt_, sD[s]);
-          hk::mma_AtB(dvt, rt_, p, dvt);
-          hkjit_attn::load_acc_order(rt_, sQ[s]);
-          hk::mma_AtB(dkt, rt_, ds, dkt);
+          hkjit_attn::load_acc_order(rt_, tiles[s][1 - ds]);
+          hk::mma_AtB(acc, rt_, op, acc);
         }
         hk::wait_vm<0>();
-        hk::sync_lds();
+        hk::sync_lds();   // this block's reads and slab reads done, the next block's loads landed
       }
     }
-    hk::mul(dkt, dkt, g.scale);
-    T* dK = (T*)g.dk + (long long)b * g.dk_sb + (long long)kh * g.dk_sh + (long long)(k_off + kw) * g.dk_sr;
-    T* dV = (T*)g.dv + (long long)b * g.dv_sb + (long long)kh * g.dv_sh + (long long)(k_off + kw) * g.dv_sr;
-    hk::store(dK, 1, g.dk_sr, dkt, D, Lk - kw);
-    hk::store(dV, 1, g.dv_sr, dvt, D, Lk - kw);
+    if (ds) hk::mul(acc, acc, g.scale);
+    T* out = (T*)(ds ? g.dk : g.dv);
+    const long long o_sb = ds ? g.dk_sb : g.dv_sb, o_sh = ds ? g.dk_sh : g.dv_sh, o_sr = ds ? g.dk_sr : g.dv_sr;
+    hkjit_attn::store_acc_order(out + (long long)b * o_sb + (long long)kh * o_sh + (long long)(k_off + kw) * o_sr, o_sr,
+                                acc, Lk - kw);
   }
 };

@@ -61,37 +61,138 @@ HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<f
       for (int e = 0; e < S::E; ++e) dst.t[j][k][e] = hk::from_float<T>(acc.t[(S::MK / 16) * k + e / 4][j][e % 4]);
 }
 
+// An fp32 accumulator tile parked in LDS for another wave that holds a tile of the same shape
+// and layout (the dK/dV kernel's P hand-over): lane l's ACC registers of subtile (i, j) at slot
+// (i TC + j) 64 + l, so each lane writes and reads 16 contiguous bytes (ds_write_b128 /
+// ds_read_b128) and a subtile is one conflict-free KiB.
+template <typename RT>
+struct acc_slab {
+  alignas(16) hk::vec<float, RT::shape::ACC> v[RT::TR * RT::TC * 64];
+};
+template <typename T, int R, int C, typename S>
+HK_INLINE void put(acc_slab<hk::rt<T, R, C, hk::acc_l, S>>& dst, const hk::rt<T, R, C, hk::acc_l, S>& src) {
+  using RT = hk::rt<T, R, C, hk::acc_l, S>;
+  HK_LDS hk::vec<float, S::ACC>* d = (HK_LDS hk::vec<float, S::ACC>*)(HK_LDS void*)dst.v;
+  const int l = hk::lane_id();
+#pragma unroll
+  for (int i = 0; i < RT::TR; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::TC; ++j) d[(i * RT::TC + j) * 64 + l] = src.t[i][j];
+}
+template <typename T, int R, int C, typename S>
+HK_INLINE void take(hk::rt<T, R, C, hk::acc_l, S>& dst, const acc_slab<hk::rt<T, R, C, hk::acc_l, S>>& src) {
+  using RT = hk::rt<T, R, C, hk::acc_l, S>;
+  const HK_LDS hk::vec<float, S::ACC>* p = (const HK_LDS hk::vec<float, S::ACC>*)(const HK_LDS void*)src.v;
+  const int l = hk::lane_id();
+#pragma unroll
+  for (int i = 0; i < RT::TR; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::TC; ++j) dst.t[i][j] = p[(i * RT::TC + j) * 64 + l];
+}
+
+// gfx942 has no transposing LDS read. An A^T operand wants, per lane, E K-consecutive elements of
+// one MN column: read element by element that is one ds_read_u16 per element. But the MN index of
+// an operand is the accumulator's row, and which row of a product stands for which MN column is the
+// kernel's choice, as long as the epilogue knows it. "Quad order" (gfx942, MN a multiple of 64): in
+// each group of 4 MN subtiles 4p .. 4p+3, operand row m of subtile 4p + t stands for column
+// 64 p + 4 m + t. One ds_read_b64 of (K row, columns 64 p + 4 m .. +3) then serves the 4 subtiles
+// of the group at once (4 times fewer LDS reads), each lane's K rows packed by v_perm_b32.
+template <int MN>
+inline constexpr bool quad_order = !hk::arch::has_tr_read && MN % 64 == 0;
+
+// The MN column that operand (and accumulator) row `row` of an A^T fragment read by
+// load_acc_order stands for.
+template <int MN>
+HK_INLINE constexpr int acc_order_col(int row) {
+  if constexpr (quad_order<MN>) return (row / 64) * 64 + 4 * (row % 16) + (row / 16) % 4;
+  else return row;
+}
+
 // A^T operand fragments (K x MN shared tile, K along rows: rows [0, R), columns [c0, c0 + C)) in
 // the accumulator K order of acc_to_operand: lane l's element e of K-subtile k is row
-// MK k + 4 (l / 16) + 16 (e / 4) + e % 4. gfx950: one ds_read_b64_tr_b16 per 4 rows; gfx942: element reads.
+// MK k + 4 (l / 16) + 16 (e / 4) + e % 4. gfx950: one ds_read_b64_tr_b16 per 4 rows; gfx942: quad
+// order (above) where C is a multiple of 64, else element reads.
 template <typename T, int R, int C, typename S, int SR, int SC, typename Swz>
 HK_INLINE void load_acc_order(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::st<T, SR, SC, Swz>& src, int c0 = 0) {
   using ST = hk::st<T, SR, SC, Swz>;
   static_assert(S::MI == 16, "16-row lane groups");
   const int l = hk::lane_id(), g = l / 16;
   const HK_LDS char* base = (const HK_LDS char*)(const HK_LDS void*)src.data;
+  if constexpr (quad_order<C>) {
+    // gfx942: E = 4 (MK 16), the accumulator K order is the MFMA's: element e is K row MK k + 4 g + e.
+    static_assert(S::E == 4 && sizeof(T) == 2, "16x16x16 operands of 16-bit elements");
+    static_assert(Swz::unit >= 8, "8-byte LDS reads must stay inside a swizzle unit");
+    const int col = c0 + 4 * (l % 16);
 #pragma unroll
-  for (int i = 0; i < dst.TMN; ++i)
+    for (int k = 0; k < dst.TK; ++k)
 #pragma unroll
-    for (int k = 0; k < dst.TK; ++k) {
-      hk::vec<T, S::E> v;
-#if HK_CDNA4
-      const int s = l & 15;
-      const int col = c0 + i * 16 + 4 * (s & 3);
+      for (int p = 0; p < C / 64; ++p) {
+        hk::vec<hk::u32, 2> w[4];   // w[e]: columns 64 p + 4 m .. +3 of K row MK k + 4 g + e
 #pragma unroll
-      for (int h = 0; h < S::E / 4; ++h) {
-        const hk::vec<T, 4> q = hk::detail::lds_tr4<T>(base, ST::offset(k * S::MK + 4 * g + 16 * h + (s >> 2), col));
+        for (int e = 0; e < 4; ++e)
+          w[e] = hk::detail::lds_vec<hk::u32, 2>(base, ST::offset(k * S::MK + 4 * g + e, col + 64 * p));
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[4 * h + j] = q[j];
+        for (int t = 0; t < 4; ++t) {
+          // the 16-bit half t % 2 of word t / 2 of each w[e]: bytes {0,1} or {2,3} of two words
+          const hk::u32 sel = t % 2 ? 0x07060302u : 0x05040100u;
+          const hk::vec<hk::u32, 2> x = {__builtin_amdgcn_perm(w[1][t / 2], w[0][t / 2], sel),
+                                        __builtin_amdgcn_perm(w[3][t / 2], w[2][t / 2], sel)};
+          dst.t[4 * p + t][k] = __builtin_bit_cast(hk::vec<T, 4>, x);
+        }
       }
-#else
-      const int col = c0 + i * 16 + l % 16;
+  } else {
 #pragma unroll
-      for (int e = 0; e < S::E; ++e)
-        v[e] = hk::detail::lds_elem<T>(base, ST::offset(k * S::MK + 4 * g + 16 * (e / 4) + e % 4, col));
+    for (int i = 0; i < dst.TMN; ++i)
+#pragma unroll
+      for (int k = 0; k < dst.TK; ++k) {
+        hk::vec<T, S::E> v;
+#if HK_CDNA4
+        const int s = l & 15;
+        const int col = c0 + i * 16 + 4 * (s & 3);
+#pragma unroll
+        for (int h = 0; h < S::E / 4; ++h) {
+          const hk::vec<T, 4> q = hk::detail::lds_tr4<T>(base, ST::offset(k * S::MK + 4 * g + 16 * h + (s >> 2), col));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[4 * h + j] = q[j];
+        }
+#else
+        const int col = c0 + i * 16 + l % 16;
+#pragma unroll
+        for (int e = 0; e < S::E; ++e)
+          v[e] = hk::detail::lds_elem<T>(base, ST::offset(k * S::MK + 4 * g + 16 * (e / 4) + e % 4, col));
 #endif
-      dst.t[i][k] = v;
+        dst.t[i][k] = v;
+      }
+  }
+}
+
+// The fp32 accumulator of a product whose A^T operand was read by load_acc_order (R = its MN, rows
+// in that order) to global with the MN index unit-stride: MN column d, column n at
+// dst[d + n * sc]; columns >= cols_left skipped. 4 consecutive columns of d per access: on
+// gfx942 in quad order the registers v of subtiles 4p .. 4p+3 hold columns 64 p + 16 g + 4 v + 0..3;
+// otherwise a lane's 4 accumulator registers hold them (hk::store_unit_rows).
+template <typename TO, int R, int C, typename S>
+HK_INLINE void store_acc_order(TO* dst, long long sc, const hk::rt<float, R, C, hk::acc_l, S>& src, int cols_left) {
+  if constexpr (quad_order<R>) {
+    static_assert(S::MI == 16 && S::ACC == 4, "16x16 accumulators");
+    static_assert(acc_order_col<R>(16 * 1 + 4 * 2 + 3) == 16 * 2 + 4 * 3 + 1,
+                  "row 4 g + v of subtile 4 p + t: column 64 p + 16 g + 4 v + t");
+    const int l = hk::lane_id(), g = l / 16;
+#pragma unroll
+    for (int j = 0; j < src.TC; ++j) {
+      const int c = j * 16 + S::acc_col(l);
+      if (c >= cols_left) continue;
+#pragma unroll
+      for (int p = 0; p < R / 64; ++p)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          hk::detail::st_global_run4(dst + 64 * p + 16 * g + 4 * v + c * sc, src.t[4 * p][j][v], src.t[4 * p + 1][j][v],
+                                     src.t[4 * p + 2][j][v], src.t[4 * p + 3][j][v]);
+        }
     }
+  } else {
+    hk::store_unit_rows(dst, sc, src, R, cols_left);
+  }
 }
 
 }  // namespace hkjit_attn

@@ -15,7 +15,10 @@
 // S^T rather than S: an accumulator lane holds one query column, so the softmax statistics are
 // per lane column, and the fp32 accumulators of 16x16 MFMAs are, register for register, the B
 // operand of the next MFMA in the accumulators' K order (V is read in that order:
-// attention_cdna_common.hpp): P^T feeds the second product with no data movement.
+// attention_cdna_common.hpp): P^T feeds the second product with no data movement. V is read
+// transposed from its keys x D tile: ds_read_b64_tr_b16 on gfx950; on gfx942, one ds_read_b64 per
+// 4 head-dim columns with O^T's rows in "quad order" (load_acc_order), undone by the epilogue's
+// stores (store_acc_order).
 //
 // Schedule per KV block t (stage s = t & 1), a barrier after each phase:
 //   M1: read K fragments (stage s); issue the loads of block t+1 into stage s^1
@@ -67,14 +70,7 @@ struct attention_fwd_cdna {
   static_assert(S1::MI == 16, "S^T accumulators must be 16x16 outputs to feed P^T");
 
   using StK = hk::st<T, BKV, D, hk::arch_swz_k>;     // keys x D, K-major operand of S^T
-  // V: gfx950 keeps it keys x D (direct-to-LDS) and reads it transposed (ds_read_b64_tr_b16).
-  // gfx942 has no transposing read: at D64, V goes through registers and is written D x keys
-  // (V^T), so its fragments are 8-byte row reads (16 ds_read + 8 ds_write per wave and KV block
-  // instead of 72 element reads). At D128 the 8 staging registers per thread spill (256 VGPRs
-  // in use): V stays keys x D and is read element by element.
-  static constexpr bool V_T = !hk::arch::has_tr_read && D == 64;
-  static constexpr int v_staged = V_T ? 1 : 0;   // hkjit's plan static_asserts its own answer against this
-  using StV = typename hk::cond<V_T, hk::st<T, D, BKV, hk::arch_swz_k>, hk::st<T, BKV, D, hk::arch_swz_mn>>::type;
+  using StV = hk::st<T, BKV, D, hk::arch_swz_mn>;    // keys x D, read transposed (MN-major operand of O^T)
   static constexpr int lds_bytes = 2 * (StK::bytes + StV::bytes);
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
 
@@ -82,12 +78,8 @@ struct attention_fwd_cdna {
   using RK = hk::rt<T, BKV, D, hk::row_l, S1>;        // K (keys x D): A of S^T
   using RS = hk::rt<float, BKV, WQ, hk::acc_l, S1>;   // S^T (keys x queries)
   using RP = hk::rt<T, BKV, WQ, hk::col_l, S2>;       // P^T (keys x queries): B of O^T
-  using RV = typename hk::cond<V_T, hk::rt<T, D, BKV, hk::row_l, S2>,    // V^T (D x keys): A of O^T
-                               hk::rt<T, BKV, D, hk::col_l, S2>>::type;  // V (keys x D): A^T of O^T
-  // gfx942: V chunks of 2 elements (4 bytes) per thread and block, staged in registers.
-  static constexpr int VCH = BKV * D / 2 / threads;
-  static_assert(!V_T || (BKV * D / 2) % threads == 0, "V tile must split into whole 4-byte chunks per thread");
-  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // O^T (D x queries)
+  using RV = hk::rt<T, BKV, D, hk::col_l, S2>;        // V (keys x D): A^T of O^T
+  using RO = hk::rt<float, D, WQ, hk::acc_l, S2>;     // O^T (D x queries), rows in load_acc_order's order
   static constexpr int QS = RS::TC;                   // query slots per lane (2: queries l%16, 16 + l%16)
   static_assert(RO::TC == QS, "one query column layout for S^T and O^T");
 
@@ -138,36 +130,13 @@ struct attention_fwd_cdna {
       hk::tile_loader<StK, WAVES, LOAD_BYTES> lk;
       hk::tile_loader<StV, WAVES, LOAD_BYTES> lv;
       lk.init(g.k_sr, wave);
-      if constexpr (!V_T) lv.init(g.v_sr, wave);
+      lv.init(g.v_sr, wave);
       // Bytes from key row r to the end of the sequence's last key row: lanes past it read 0.
       const long long k_end = (long long)(Lk - 1) * g.k_sr + D, v_end = (long long)(Lk - 1) * g.v_sr + D;
-      hk::u32 vreg[V_T ? VCH : 1];
-      const int tid = hk::thread_id();
       auto issue = [&](int t, int stage) {
         const long long r = (long long)t * BKV;
         lk.issue(sK[stage], K + r * g.k_sr, (k_end - r * g.k_sr) * (long long)sizeof(T));
-        if constexpr (V_T) {
-          // chunk c of this thread: key t*BKV + p / (D/2), elements 2 (p % (D/2)) and +1 (coalesced)
-#pragma unroll
-          for (int c = 0; c < VCH; ++c) {
-            const int p = tid + c * threads, key = t * BKV + p / (D / 2);
-            vreg[c] = key < Lk ? hk::detail::ld_global<4>(V + key * g.v_sr + 2 * (p % (D / 2))).w[0] : 0u;
-          }
-        } else {
-          lv.issue(sV[stage], V + r * g.v_sr, (v_end - r * g.v_sr) * (long long)sizeof(T));
-        }
-      };
-      // gfx942: the staged V chunks into stage `stage` as V^T, after this thread's loads completed.
-      auto write_vt = [&](int stage) {
-        if constexpr (V_T) {
-          HK_LDS char* base = (HK_LDS char*)(HK_LDS void*)sV[stage].data;
-#pragma unroll
-          for (int c = 0; c < VCH; ++c) {
-            const int p = tid + c * threads, key = p / (D / 2), d = 2 * (p % (D / 2));
-            *(HK_LDS hk::u16*)(base + StV::offset(d, key)) = (hk::u16)(vreg[c] & 0xFFFFu);
-            *(HK_LDS hk::u16*)(base + StV::offset(d + 1, key)) = (hk::u16)(vreg[c] >> 16);
-          }
-        }
+        lv.issue(sV[stage], V + r * g.v_sr, (v_end - r * g.v_sr) * (long long)sizeof(T));
       };
       RK rk;
       RV rv;
@@ -238,22 +207,18 @@ struct attention_fwd_cdna {
         hk::setprio<0>();
         softmax(t);
         hk::barrier();
-        // M2: V fragments; this wave's loads of block t+1 complete (gfx942: and land in LDS as V^T)
-        if constexpr (V_T) hk::load(rv, sV[s], 0, 0);   // E = 4: the accumulators' K order is the MFMA's
-        else hkjit_attn::load_acc_order(rv, sV[s]);
+        // M2: V fragments; this wave's loads of block t+1 complete
+        hkjit_attn::load_acc_order(rv, sV[s]);
         hk::wait_vm<0>();
-        if (t + 1 < nkb) write_vt(s ^ 1);
         hk::sync_lds();
         // C2: O^T += V^T P^T
         hk::setprio<1>();
-        if constexpr (V_T) hk::mma_AB(o, rv, pt, o);
-        else hk::mma_AtB(o, rv, pt, o);
+        hk::mma_AtB(o, rv, pt, o);
         hk::setprio<0>();
         hk::barrier();
       };
       issue(0, 0);
       hk::wait_vm<0>();
-      write_vt(0);
       hk::sync_lds();
       if (group == 1) hk::barrier();   // ping-pong: the second group runs one phase behind
       for (int t = 0; t < nkb - 1; ++t) step(t);
@@ -271,8 +236,8 @@ struct attention_fwd_cdna {
       lse[s] = any ? (m[s] + hk::fast_log2(lsum[s])) * 0.69314718055994531f : hk::neg_inf();
     }
     hk::mul_col(o, o, inv);
-    // O^T element (d, query): stride 1 along d, o_sr along queries.
-    hk::store(O, 1, g.o_sr, o, D, Lq - qw);
+    // O^T element (d, query): stride 1 along d (4 consecutive d per store), o_sr along queries.
+    hkjit_attn::store_acc_order(O, g.o_sr, o, Lq - qw);
     if (L != nullptr && l < 16) {
 #pragma unroll
       for (int s = 0; s < QS; ++s)

@@ -2,9 +2,13 @@
 D128, causal or not, varlen, fp16) compiles for gfx942 and gfx950 with 0 spills and no scratch,
 LDS = the plan's and within the target's, two waves per SIMD (the 8-wave ping-pong), MFMAs per KV
 block in the main loop = the tile arithmetic, every K/V byte by direct-to-LDS loads whose soffset
-is the constant 0, kernarg size = ctypes Args; and the configuration table and its limits."""
+is the constant 0, kernarg size = ctypes Args; and the configuration table and its limits. The
+instruction mix of the forward and the backward kernels: outputs stored 4 or 8 elements per store
+(no 2-byte global store), and on gfx942 no element-wise LDS read in the main loop (the transposed
+operands are read in quad order, attention_cdna_common.hpp)."""
 
 import ctypes
+import re
 import shutil
 
 import pytest
@@ -15,6 +19,20 @@ from hkjit.ops import _cdna_attention_fwd as F
 from hkjit.targets import parse
 
 from conftest import HAVE_CLANG
+
+_WIDE_STORE = {"global_store_dwordx2": 8, "global_store_dwordx4": 16}
+
+
+def check_mix(insts, out_bytes):
+    """Outputs (out_bytes per lane: D per D x 32 accumulator) go out in 8- or 16-byte stores, nothing
+    in 2-byte ones; on gfx942 the main loop reads LDS 8 bytes or more at a time (no ds_read_u16)."""
+    ops = [op for _, op, _, _ in insts]
+    assert not [op for op in ops if op.startswith("global_store_short") or op.startswith("global_store_byte")]
+    assert sum(_WIDE_STORE.get(op, 0) for op in ops) == out_bytes
+    lo, hi = static.main_loop(insts)
+    reads = [op for a, op, _, _ in insts if lo <= a <= hi and op.startswith("ds_read")]
+    assert reads and all(re.fullmatch(r"ds_read(2|2st64)?_b(64|128)|ds_read_b64_tr_b16", op) for op in reads), \
+        sorted(set(reads))
 
 needs_tools = pytest.mark.skipif(not HAVE_CLANG or not shutil.which("llvm-objdump-22"),
                                  reason="clang-22 / llvm-objdump-22 not installed (apt-get install clang-22 llvm-22)")
@@ -36,10 +54,10 @@ def test_default_configs_compile_clean(arch, params):
     built = hkjit.build("attention", target=arch, **{**hkjit.ops.get("attention").default_shape, **params})
     s = static.amd_gemm_loop_stats(static.amd_disassembly(built.code, arch))
     # K and V tiles of one KV block arrive by direct-to-LDS loads, spread over the waves
-    tiles = 1 if F.v_staged(cfg) else 2   # gfx942 D64: V through registers (written V^T)
-    per_wave = tiles * cfg["block_kv"] * cfg["head_dim"] * 2 // (64 * cfg["load_bytes"] * cfg["waves"])
+    per_wave = 2 * cfg["block_kv"] * cfg["head_dim"] * 2 // (64 * cfg["load_bytes"] * cfg["waves"])
     assert s["lds_dma_loop"] == per_wave and s["lds_dma_soffset"] == 0
     assert built.meta["kernarg_bytes"] == ctypes.sizeof(F.Args) == 200
+    check_mix(static.amd_disassembly(built.code, arch), cfg["head_dim"])   # O: D x 32 per wave
 
 
 def test_default_table_and_limits():
@@ -73,7 +91,14 @@ def test_backward_kernels_compile_clean(arch, kernel, params):
     r = hkjit.inspect(f"attention_bwd_{kernel}", arch, **params)
     assert r["vgpr_spills"] == 0 and r["sgpr_spills"] == 0 and r["scratch_bytes"] == 0
     assert r["lds_bytes"] == B.Kernel.lds(r["params"]) <= parse(arch).smem_per_block
-    assert r["vgprs"] <= 512 and r["waves_per_simd"] >= 1   # vgprs counts AGPRs too (unified file)
+    assert r["vgprs"] <= 256 and r["waves_per_simd"] >= 2   # vgprs counts AGPRs too (unified file)
+    if kernel == "dkdv" and params["head_dim"] == 64:   # the wave pairs fit 128 registers (amd_waves_per_simd)
+        assert r["vgprs"] <= 128 and r["waves_per_simd"] == 4
+    assert r["max_flat_workgroup_size"] == 64 * r["params"]["waves"] == 64 * (4 if kernel == "dq" else 8)
     k = r["mfma_per_step"]
     assert k["per_wave"] == k["tile_arithmetic"] > 0
     assert r["kernarg_bytes"] == ctypes.sizeof(B.Args)
+    shape = hkjit.ops.get("attention").default_shape
+    built = hkjit.build(f"attention_bwd_{kernel}", target=arch, **{**shape, **params})
+    # one D x 32 accumulator per wave: dQ^T, or dV^T (P wave) / dK^T (dS wave)
+    check_mix(static.amd_disassembly(built.code, arch), params["head_dim"])

@@ -2,10 +2,11 @@
 
 Two kernels, each with the per-arch interface of hkjit/ops/gemm.py as an object (`DQ`, `DKDV`):
 
-- dq: 4 waves x 32 queries of one head (also writes Delta); streams KV blocks of `block_kv` (64)
-  keys through LDS (64 KiB at D128).
-- dkdv: 4 waves x 32 keys of one KV head; streams query blocks of `block_q` (32) of every query
-  head of the group through LDS (32 KiB at D128).
+- dq: 4 waves x 32 queries of one head (also writes Delta); streams KV blocks of `block_kv` keys
+  through LDS (64 by default: 64 KiB at D128; 32 at D128 on gfx942, whose LDS is 64 KiB).
+- dkdv: 8 waves, 4 pairs x 32 keys of one KV head (in a pair, one wave computes P and dV, the
+  other dS and dK); streams query blocks of `block_q` (32) of every query head of the group
+  through LDS (32 KiB at D128, plus 16 KiB for the P hand-over).
 
 Deterministic: no atomics; the GQA sum over query heads runs inside one workgroup, in order.
 """
@@ -18,8 +19,8 @@ from ..op import Config, check_tiles
 from ._attention_args import BackwardArgs, pack_backward
 
 SOURCE = "attention_bwd_cdna.hip"
-WAVES = 4
-ROWS = 32                  # rows of the resident operand per wave (queries for dq, keys for dkdv)
+ROWS = 32                  # rows of the resident operand per wave (pair, for dkdv): queries for dq, keys for dkdv
+GROUPS = 4                 # groups of ROWS rows per workgroup: waves (dq) or wave pairs (dkdv)
 _MAX_LOAD = {"gfx942": 4, "gfx950": 16}
 
 
@@ -33,8 +34,9 @@ Args = BackwardArgs          # hkjit_attn::bwd_args, shared with the sm_90a back
 class Kernel:
     """One backward kernel: `block` names the streamed block (block_kv for dq, block_q for dkdv)."""
 
-    def __init__(self, name, template, block, default_block, entry):
+    def __init__(self, name, template, block, default_block, waves, entry):
         self.name, self.template, self.block, self.default_block = name, template, block, default_block
+        self.waves = waves           # per workgroup: GROUPS for dq, 2 GROUPS (pairs) for dkdv
         self.TILES, self.SOURCE, self.ENTRY, self.Args = (block,), SOURCE, entry, Args
 
     def configure(self, target, p, tiles) -> Config:
@@ -42,7 +44,7 @@ class Kernel:
         check_tiles(where, tiles, self.TILES)
         if target.arch not in _MAX_LOAD:
             _err(f"{where}: the CDNA attention kernels support gfx942 and gfx950")
-        blk = tiles.get(self.block, self.default_block)
+        blk = tiles.get(self.block, self.default_block(target.arch, p["head_dim"]))
         if isinstance(blk, bool) or not isinstance(blk, int) or blk < 32 or blk % 32:
             _err(f"{where}: {self.block}={blk!r}; it must be a multiple of 32, e.g. 32, 64")
         align = p.get("align", 16)
@@ -50,12 +52,12 @@ class Kernel:
             _err(f"{where}: arrays aligned to {align} bytes; direct-to-LDS loads need 4-byte aligned rows")
         load = 16 if _MAX_LOAD[target.arch] >= 16 and align % 16 == 0 else 4
         cfg = Config(target=target.arch, kernel=self.name, dtype=p["dtype"], head_dim=p["head_dim"], block=blk,
-                     waves=WAVES, rows=WAVES * ROWS, causal=bool(p["causal"]), varlen=bool(p["varlen"]),
+                     waves=self.waves, rows=GROUPS * ROWS, causal=bool(p["causal"]), varlen=bool(p["varlen"]),
                      load_bytes=load)
         tile = blk * p["head_dim"] * 2
-        if tile % (WAVES * 64 * load):
+        if tile % (GROUPS * 64 * load):   # each tile is loaded by GROUPS waves
             _err(f"{where}: a {blk} x {p['head_dim']} tile must split into whole direct-to-LDS loads of "
-                 f"{WAVES * 64 * load} bytes; raise {self.block}")
+                 f"{GROUPS * 64 * load} bytes; raise {self.block}")
         if self.lds(cfg) > target.smem_per_block:
             _err(f"{where}: LDS limit: {self.lds(cfg)} bytes for {self.block}={blk} exceed the "
                  f"{target.smem_per_block}-byte LDS of {target.arch}; lower {self.block}")
@@ -64,18 +66,21 @@ class Kernel:
 
     @staticmethod
     def lds(cfg) -> int:
-        return 2 * 2 * cfg["block"] * cfg["head_dim"] * 2
+        """Two stages of two tiles (K, V or Q, dO); dkdv adds each pair's fp32 P hand-over (block x 32)."""
+        tiles = 2 * 2 * cfg["block"] * cfg["head_dim"] * 2
+        return tiles + (GROUPS * cfg["block"] * ROWS * 4 if cfg["kernel"] == "dkdv" else 0)
 
     def template_params(self, cfg) -> dict:
         return {k: cfg[k] for k in ("kernel", "dtype", "head_dim", "block", "causal", "varlen", "load_bytes")}
 
     def kernel_type(self, cfg) -> str:
         b = lambda v: "true" if v else "false"
-        return (f"{self.template}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, {WAVES}, "
+        return (f"{self.template}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
+                f"{int(cfg['waves'])}, "
                 f"{b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['load_bytes'])}>")
 
     def threads(self, cfg) -> int:
-        return WAVES * 64
+        return cfg["waves"] * 64
 
     def dynamic_smem(self, cfg) -> int:
         return 0
@@ -93,9 +98,10 @@ class Kernel:
 
     def mfma_per_step(self, cfg) -> int:
         """MFMAs per wave per streamed block by the tile arithmetic, all at 16x16xK (K = 32 on gfx950,
-        16 on gfx942): S and dP, then dQ^T (dq) or dK^T and dV^T (dkdv), each block x 32 x head_dim."""
+        16 on gfx942), each product block x 32 x head_dim: dq: S^T, dP^T, dQ^T; dkdv: two of the four
+        (S and dV^T in the P wave, dP and dK^T in the dS wave)."""
         one = cfg["block"] * ROWS * cfg["head_dim"] // (256 * (32 if cfg["target"] == "gfx950" else 16))
-        return (3 if self.name == "dq" else 4) * one
+        return (3 if self.name == "dq" else 2) * one
 
     def fill(self, cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads,
              kv_heads, n_q, n_k, scale, workspace=0, **strides) -> Args:
@@ -119,5 +125,12 @@ class Kernel:
                              kv_heads=kv_heads, n_q=n_q, n_k=n_k, scale=scale, **strides)
 
 
-DQ = Kernel("dq", "attention_bwd_dq_cdna", "block_kv", 64, "hkjit_attention_bwd_dq")
-DKDV = Kernel("dkdv", "attention_bwd_dkdv_cdna", "block_q", 32, "hkjit_attention_bwd_dkdv")
+def _dq_block(arch, head_dim):
+    """KV block of the dQ kernel: 64, but 32 at D128 on gfx942, where a 64-key block takes all 64 KiB
+    of LDS and 307 registers + 51 AGPRs (one wave per SIMD); 32 keys: 32 KiB and 248 (two)."""
+    return 32 if arch == "gfx942" and head_dim == 128 else 64
+
+
+DQ = Kernel("dq", "attention_bwd_dq_cdna", "block_kv", _dq_block, GROUPS, "hkjit_attention_bwd_dq")
+DKDV = Kernel("dkdv", "attention_bwd_dkdv_cdna", "block_q", lambda arch, head_dim: 32, 2 * GROUPS,
+              "hkjit_attention_bwd_dkdv")

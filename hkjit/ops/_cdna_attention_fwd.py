@@ -104,14 +104,8 @@ def dynamic_smem(cfg) -> int:
     return 0   # static LDS (the code object's group_segment_fixed_size)
 
 
-def v_staged(cfg) -> bool:
-    """gfx942 at D64 stages V through registers into LDS as V^T (no transposing LDS read on CDNA3;
-    at D128 the staging registers would spill): K alone arrives by direct-to-LDS loads."""
-    return cfg["target"] == "gfx942" and cfg["head_dim"] == 64
-
-
 def checks(cfg) -> tuple:
-    return (("lds_bytes", lds_bytes(cfg)), ("v_staged", int(v_staged(cfg))))
+    return (("lds_bytes", lds_bytes(cfg)),)
 
 
 def launch_grid(cfg, p) -> tuple:

@@ -299,6 +299,51 @@ HK_INLINE void store(TO* dst, long long sr, long long sc, const rt<T, R, C, acc_
         if (r < rows_left && c < cols_left) dst[r * sr + c * sc] = from_float<TO>(to_float(src.t[i][j][v]));
       }
 }
+namespace detail {
+// Four consecutive elements a..d (memory order) at p, converted to TO, as one 4 * sizeof(TO)-byte
+// global store (global_store_dwordx2 for 16-bit TO, dwordx4 for fp32). The access is declared only
+// sizeof(TO)-aligned, so it is correct at any element address: the HSA ABI runs CDNA in
+// unaligned-access mode (LLVM's amdhsa targets assume it, and merge adjacent narrow stores the same
+// way); an aligned address is one memory transaction.
+template <typename TO>
+HK_INLINE void st_global_run4(TO* p, float a, float b, float c, float d) {
+  typedef TO run4 __attribute__((ext_vector_type(4), aligned(sizeof(TO))));
+  *(__attribute__((address_space(1))) run4*)p =
+      run4{from_float<TO>(a), from_float<TO>(b), from_float<TO>(c), from_float<TO>(d)};
+}
+}  // namespace detail
+
+// Accumulator tile to global whose rows are unit-stride in memory (element (r, c) at
+// dst[r + c * sc]): each group of 4 accumulator registers of a lane holds 4 consecutive rows of one
+// column (acc_row(4n + u) = acc_row(4n) + u), stored as one 4-element access
+// (detail::st_global_run4); a group cut by rows_left is stored element by element, columns beyond
+// cols_left are skipped. Other strides: `store` above.
+template <typename TO, typename T, int R, int C, typename S>
+HK_INLINE void store_unit_rows(TO* dst, long long sc, const rt<T, R, C, acc_l, S>& src, int rows_left, int cols_left) {
+  static_assert(S::ACC % 4 == 0, "accumulator registers in runs of 4 consecutive rows");
+  const int l = lane_id();
+#pragma unroll
+  for (int i = 0; i < src.TR; ++i)
+#pragma unroll
+    for (int j = 0; j < src.TC; ++j) {
+      const int c = j * S::MI + S::acc_col(l);
+      if (c >= cols_left) continue;
+#pragma unroll
+      for (int n = 0; n < S::ACC; n += 4) {
+        const int r = i * S::MI + S::acc_row(n, l);
+        const vec<T, S::ACC>& a = src.t[i][j];
+        if (r + 3 < rows_left) {
+          detail::st_global_run4(dst + r + c * sc, to_float(a[n]), to_float(a[n + 1]), to_float(a[n + 2]),
+                                 to_float(a[n + 3]));
+        } else {
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (r + u < rows_left) dst[r + u + c * sc] = from_float<TO>(to_float(a[n + u]));
+        }
+      }
+    }
+}
+
 template <typename TO, typename T, int R, int C, typename S>
 HK_INLINE void store(const gl<TO>& g, const rt<T, R, C, acc_l, S>& src, int r0, int c0) {
   store(g.at(0, 0, r0, c0), g.sr, g.sc, src, g.rows - r0, g.cols - c0);

@@ -31,6 +31,8 @@
 // (threads, min_blocks): min_blocks, the blocks a CUDA SM must hold at once, caps registers on
 // NVIDIA; AMD kernels take the block size only.
 #define HK_LAUNCH_BOUNDS(threads, min_blocks) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+// (waves): the waves per SIMD the AMD compiler must leave registers for (512 / waves per wave).
+#define HK_AMD_WAVES(waves) __attribute__((amdgpu_waves_per_eu(waves)))
 #define HK_GRID_CONSTANT
 #if defined(__gfx950__)
 #define HK_CDNA4 1
@@ -43,6 +45,7 @@
 #endif
 #else
 #define HK_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
+#define HK_AMD_WAVES(waves)
 #define HK_GRID_CONSTANT __grid_constant__
 #endif
 
@@ -105,14 +108,21 @@ template <class KEY, int AXIS> struct tile_vec;
 // addressed). K is a concrete kernel type with `threads`, `args` and `static run(const args&)`.
 // K may also say `static constexpr int min_blocks`: the blocks per SM the NVIDIA compiler must leave
 // registers for (__launch_bounds__'s second argument, a register cap for streaming kernels whose
-// speed is the loads they keep in flight; default 1). CDNA compilers take only the block size.
+// speed is the loads they keep in flight; default 1). CDNA compilers take the block size and, where
+// K says `static constexpr int amd_waves_per_simd`, the waves per SIMD to leave registers for
+// (amdgpu_waves_per_eu: a register cap of 512 / waves; default: the waves one block puts on a SIMD).
 namespace hk {
 template <class K> HK_HD constexpr int min_blocks_of() {
   if constexpr (requires { K::min_blocks; }) return K::min_blocks;
   else return 1;
 }
+template <class K> HK_HD constexpr int amd_waves_of() {
+  if constexpr (requires { K::amd_waves_per_simd; }) return K::amd_waves_per_simd;
+  else return (K::threads + 255) / 256;   // what the block size implies anyway (4 SIMDs)
+}
 }  // namespace hk
-#define HK_ENTRY(name, K) \
-  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::min_blocks_of<K>()) name(const HK_GRID_CONSTANT K::args a) { \
-    K::run(a);                                                                                                           \
+#define HK_ENTRY(name, K)                                                                              \
+  extern "C" __global__ void HK_LAUNCH_BOUNDS(K::threads, hk::min_blocks_of<K>())                      \
+      HK_AMD_WAVES(hk::amd_waves_of<K>()) name(const HK_GRID_CONSTANT K::args a) {                     \
+    K::run(a);                                                                                         \
   }
