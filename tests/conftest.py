@@ -14,8 +14,16 @@ import pytest
 TEST_SEED = int(os.environ.get("HKJIT_TEST_SEED") or secrets.randbits(32))
 
 
-def pytest_report_header(config):
+def _seed_line():
     return f"hkjit test seed: {TEST_SEED} (HKJIT_TEST_SEED={TEST_SEED} repeats this run's random inputs)"
+
+
+def pytest_report_header(config):
+    return _seed_line()
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(_seed_line())   # also under -q, where the header is not printed
 
 
 @pytest.fixture(autouse=True)
