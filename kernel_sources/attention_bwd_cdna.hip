@@ -240,8 +240,9 @@ struct attention_bwd_dkdv_cdna {
   static_assert(lds_bytes <= hk::arch::lds_bytes, "LDS budget exceeded");
   static_assert(S1::ACC == 4 && S1::MI == 16, "16x16 accumulators");
   // At D64 with 32-query blocks a wave needs about 125 registers: ask the compiler for at most 128
-  // (4 waves per SIMD, two workgroups per CU). Elsewhere no cap (a larger block_q may need more).
-  static constexpr int amd_waves_per_simd = D == 64 && BQ == 32 ? 4 : 1;
+  // (4 waves per SIMD, two workgroups per CU). Elsewhere what the block itself implies (WAVES / 4
+  // per SIMD): a larger block_q may need more registers.
+  static constexpr int amd_waves_per_simd = D == 64 && BQ == 32 ? 4 : WAVES / 4;
 
   static __device__ void run(const args& g) {
     __shared__ StQ tiles[2][2];   // [stage][0: Q, 1: dO]

@@ -11,12 +11,11 @@ A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s use 2.5x the forward'
 """
 from __future__ import annotations
 
-import argparse
-import ast
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _attention_dev import command_line, inputs  # noqa: E402
 
 SHAPES = [f"16,16,16,{n},{d},{c}" for n in (2048, 4096, 8192) for d in (64, 128) for c in (0, 1)] + \
     ["16,64,8,4096,128,1"]
@@ -41,32 +40,24 @@ def kernels(q, k, v, o, lse, do, causal, tiles):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default=";".join(SHAPES))
-    ap.add_argument("--variants", default=VARIANTS)
-    ap.add_argument("--once", default=None)
-    args = ap.parse_args()
+    shapes, variants, once = command_line(__doc__, SHAPES, VARIANTS)
     import torch
     import hkjit
     from hkjit.bench.attention import _sdpa_peers
     from hkjit.bench.timing import median_ms
 
-    if args.once:
-        b, h, hkv, n, d, c = (int(x) for x in args.once.split(","))
-        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    if once:
+        b, h, hkv, n, d, c = once
+        q, k, v = inputs(torch, b, h, hkv, n, d)
         o, lse = hkjit.attention(q, k, v, causal=bool(c), return_lse=True)
-        hkjit.attention_backward(torch.randn_like(q), q, k, v, o, lse, causal=bool(c))
+        hkjit.attention_backward(torch.randn_like(q), q, k, v, o, lse, causal=bool(c), **variants[0])
         torch.cuda.synchronize()
         return
     peers = _sdpa_peers(torch)
-    variants = [ast.literal_eval(x) for x in args.variants.split(";")]
     print(f"{'shape':<28} {'variant':<40} {'total':>7} {'dq ms':>7} {'dkdv ms':>7} {'TFLOP/s':>8}  vs peers")
-    for shape in args.shapes.split(";"):
-        b, h, hkv, n, d, c = (int(x) for x in shape.split(","))
+    for b, h, hkv, n, d, c in shapes:
         causal = bool(c)
-        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q, k, v = inputs(torch, b, h, hkv, n, d)
         do = torch.randn_like(q)
         o, lse = hkjit.attention(q, k, v, causal=causal, return_lse=True)
         flops = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)
@@ -74,9 +65,8 @@ def main():
         for name, fn in peers.items():
             qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
             out = fn(qg, kg, vg, causal)
-            ms = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+            ms = median_ms(lambda out=out: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
             peer_tf[name] = flops / ms / 1e9
-            del out
         label = f"B{b} H{h}/{hkv} N{n} D{d} {'causal' if causal else 'full'}"
         for tiles in variants:
             try:

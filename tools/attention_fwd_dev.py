@@ -14,12 +14,11 @@ keys exceed shared memory at D128).
 """
 from __future__ import annotations
 
-import argparse
-import ast
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _attention_dev import command_line, inputs  # noqa: E402
 
 SHAPES = [f"16,{h},{kv},{n},{d},{c}" for h, kv in ((16, 16), (64, 8)) for n in (2048, 4096, 8192)
           for d in (64, 128) for c in (0, 1)]
@@ -29,36 +28,24 @@ VARIANTS = ";".join(["{}"] + [str(v) for v in GRID if v != dict(overlap=0, produ
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default=";".join(SHAPES))
-    ap.add_argument("--variants", default=VARIANTS)
-    ap.add_argument("--once", default=None)
-    args = ap.parse_args()
+    shapes, variants, once = command_line(__doc__, SHAPES, VARIANTS)
     import torch
     import hkjit
     from hkjit.bench.attention import _sdpa_peers
     from hkjit.bench.timing import median_ms
 
-    def inputs(b, h, hkv, n, d):
-        q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        return q, k, v
-
-    if args.once:
-        b, h, hkv, n, d, c = (int(x) for x in args.once.split(","))
-        q, k, v = inputs(b, h, hkv, n, d)
-        tiles = ast.literal_eval(args.variants.split(";")[0])
-        hkjit.attention(q, k, v, causal=bool(c), **tiles)
+    if once:
+        b, h, hkv, n, d, c = once
+        q, k, v = inputs(torch, b, h, hkv, n, d)
+        hkjit.attention(q, k, v, causal=bool(c), **variants[0])
         torch.cuda.synchronize()
         return
     peers = _sdpa_peers(torch)
-    variants = [ast.literal_eval(x) for x in args.variants.split(";")]
     print(f"{'shape':<26} {'variant':<66} {'ms':>7} {'TFLOP/s':>8} {'cuDNN':>6} {'flash':>6} {'/cuDNN':>6} "
           f"{'/flash':>6} {'/best':>6} {'rel diff':>8}", flush=True)
-    for shape in args.shapes.split(";"):
-        b, h, hkv, n, d, c = (int(x) for x in shape.split(","))
+    for b, h, hkv, n, d, c in shapes:
         causal = bool(c)
-        q, k, v = inputs(b, h, hkv, n, d)
+        q, k, v = inputs(torch, b, h, hkv, n, d)
         flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
         peer_tf = {name: flops / median_ms(lambda: fn(q, k, v, causal)) / 1e9 for name, fn in peers.items()}
         ref = peers["SDPA flash"](q, k, v, causal).float()

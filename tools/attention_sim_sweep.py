@@ -28,7 +28,7 @@ SIZES = ((1, 1), (33, 129), (129, 33), (257, 300), (300, 257))
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=None, help="default: fresh entropy (printed)")
     args = ap.parse_args()
     seed = np.random.SeedSequence(args.seed).entropy

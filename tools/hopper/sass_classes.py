@@ -24,32 +24,32 @@ from pathlib import Path
 
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
-# First match wins; the order puts specific classes before the catch-all ones.
+# First match wins (an opcode starting with one of the prefixes); the order puts specific classes
+# before the catch-all ones, and "" (the last) matches everything.
 CLASSES = (
-    ("HGMMA", lambda o: o.startswith("HGMMA")),
-    ("WARPGROUP.ARRIVE", lambda o: o == "WARPGROUP.ARRIVE"),
-    ("WARPGROUP.DEPBAR", lambda o: o.startswith("WARPGROUP.DEPBAR")),
-    ("BAR (named)", lambda o: o.startswith("BAR.")),
-    ("SYNCS (mbarrier)", lambda o: o.startswith("SYNCS")),
-    ("FMNMX", lambda o: o.startswith("FMNMX")),
-    ("MUFU.EX2", lambda o: o == "MUFU.EX2"),
-    ("MUFU other", lambda o: o.startswith("MUFU")),
-    ("FFMA", lambda o: o.startswith("FFMA")),
-    ("FMUL", lambda o: o.startswith("FMUL")),
-    ("FADD", lambda o: o.startswith("FADD")),
-    ("F2FP (pack)", lambda o: o.startswith("F2FP")),
-    ("SHFL", lambda o: o.startswith("SHFL")),
-    ("FSETP/FSEL", lambda o: o.startswith(("FSETP", "FSEL"))),
-    ("LDS/LDSM", lambda o: o.startswith("LDS")),
-    ("STS/STSM", lambda o: o.startswith("STS")),
-    ("LDG", lambda o: o.startswith("LDG")),
-    ("STG", lambda o: o.startswith("STG")),
-    ("ST (generic)", lambda o: o.startswith("ST.")),
-    ("TMA (UTMA*/UBLK*)", lambda o: o.startswith(("UTMA", "UBLK"))),
-    ("branch/convergence", lambda o: o.startswith(("BRA", "BRX", "JMP", "EXIT", "RET", "CALL", "WARPSYNC",
-                                                   "BSSY", "BSYNC"))),
-    ("uniform (U*, R2UR, S2UR)", lambda o: o.startswith(("U", "R2UR", "S2UR", "VOTEU"))),
-    ("integer ALU, moves, other", lambda o: True),
+    ("HGMMA", ("HGMMA",)),
+    ("WARPGROUP.ARRIVE", ("WARPGROUP.ARRIVE",)),
+    ("WARPGROUP.DEPBAR", ("WARPGROUP.DEPBAR",)),
+    ("BAR (named)", ("BAR.",)),
+    ("SYNCS (mbarrier)", ("SYNCS",)),
+    ("FMNMX", ("FMNMX",)),
+    ("MUFU.EX2", ("MUFU.EX2",)),
+    ("MUFU other", ("MUFU",)),
+    ("FFMA", ("FFMA",)),
+    ("FMUL", ("FMUL",)),
+    ("FADD", ("FADD",)),
+    ("F2FP (pack)", ("F2FP",)),
+    ("SHFL", ("SHFL",)),
+    ("FSETP/FSEL", ("FSETP", "FSEL")),
+    ("LDS/LDSM", ("LDS",)),
+    ("STS/STSM", ("STS",)),
+    ("LDG", ("LDG",)),
+    ("STG", ("STG",)),
+    ("ST (generic)", ("ST.",)),
+    ("TMA (UTMA*/UBLK*)", ("UTMA", "UBLK")),
+    ("branch/convergence", ("BRA", "BRX", "JMP", "EXIT", "RET", "CALL", "WARPSYNC", "BSSY", "BSYNC")),
+    ("uniform (U*, R2UR, S2UR)", ("U", "R2UR", "S2UR", "VOTEU")),
+    ("integer ALU, moves, other", ("",)),
 )
 
 
@@ -61,7 +61,7 @@ def opcode(text: str) -> str:
 
 
 def classify(op: str) -> str:
-    return next(name for name, test in CLASSES if test(op))
+    return next(name for name, prefixes in CLASSES if op.startswith(prefixes))
 
 
 def parse(path) -> list[tuple[int, str]]:
