@@ -21,9 +21,9 @@
 // Template parameters: T (hk::bf16, hk::half, float: x, residual, weight, bias, outputs), LAYER
 // (false: RMS), RESIDUAL, DROPOUT (needs RESIDUAL), WEIGHT, BIAS (LAYER only), then the row-tile
 // schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS, MIN_BLOCKS, EXACT (same meaning
-// and limits; EXACT: cols == COLS <= 2048, rows tested only, weight and bias read once per block
-// and kept as fp32 in shared memory (2 COLS * 4 bytes), one column block without Chan's
-// combination or the padding mask; the same bits as EXACT = false).
+// and limits; EXACT: cols == COLS, rows tested only, weight and bias read once per thread and kept
+// as fp32 in registers, one column block without Chan's combination or the padding mask; the same
+// bits as EXACT = false).
 //
 // args, in this order (C layout offsets in the ctypes mirror, hkjit/ops/norms.py):
 //   const T* x; const T* residual; const T* weight; const T* bias; T* y; T* residual_out;
@@ -134,11 +134,9 @@ struct fused_norm {
 
   // cols == COLS (EXACT): run_general's operations for one column block, in the same order (the
   // first block of Chan's combination reduces to mean = bmean * w1, m2 = part), without the
-  // padding mask (there is none), the weight and bias from shared memory (as fp32; see
-  // rms_norm.cuh: out of registers, so a thread holds only its row between load and store).
-  using csmem = hk::col_smem<tile>;
-  static_assert(!EXACT || COLS <= 2048, "EXACT: weight and bias as fp32 in shared memory, at most 8 KiB each");
-  HK_INLINE static void exact_rows(const args& a, inputs& in, const csmem& w, const csmem& bias, int r0) {
+  // padding mask (there is none), the weight and bias from registers.
+  HK_INLINE static void exact_rows(const args& a, inputs& in, const hk::col_vec<tile>& w,
+                                   const hk::col_vec<tile>& bias, int r0) {
     const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_stride, 1);
     const float nb = (float)COLS;
     const float rcp_n = hk::fast_rcp(nb);          // as run_general: exact for powers of two
@@ -173,7 +171,8 @@ struct fused_norm {
   }
 
   // The first row block's inputs are loaded before the weight and bias, so that all are in
-  // flight together; the block's first row group writes weight and bias to shared memory.
+  // flight together (their fp32 conversion, hoisted out of the row loop, would otherwise wait
+  // for them before x is asked for).
   __device__ static void run_exact(const args& a) {
     const int row_blocks = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     int b = hk::block_x();
@@ -181,19 +180,9 @@ struct fused_norm {
     int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
     inputs in;
     load_block<true>(in, a, r0, 0);
-    __shared__ csmem w, bias;
-    if ((WEIGHT || BIAS) && tile::group() == 0) {
-      hk::col_vec<tile> f;
-      if constexpr (WEIGHT) {
-        hk::load<true>(f, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
-        hk::store_cols(w, f);
-      }
-      if constexpr (BIAS) {
-        hk::load<true>(f, hk::make_gl(const_cast<T*>(a.bias), 1, COLS, COLS, 1), 0, 0);
-        hk::store_cols(bias, f);
-      }
-    }
-    if constexpr (WEIGHT || BIAS) hk::sync_threads();
+    hk::col_vec<tile> w, bias;
+    if constexpr (WEIGHT) hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
+    if constexpr (BIAS) hk::load<true>(bias, hk::make_gl(const_cast<T*>(a.bias), 1, COLS, COLS, 1), 0, 0);
     exact_rows(a, in, w, bias, r0);
     for (b += hk::grid_x(); b < row_blocks; b += hk::grid_x()) {   // a persistent grid's next row blocks
       r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;

@@ -34,13 +34,12 @@
 //                (so fp32 rows longer than 32768 are read twice there).
 //   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (__launch_bounds__(THREADS, MIN_BLOCKS)):
 //                a register cap; ignored on AMD. Default 1 (no cap beyond THREADS).
-//   EXACT        the caller guarantees hidden == COLS <= 2048 (every row is exactly one tile).
-//                The loads and stores then test rows only, the row is read once, and the weight
-//                (the same for every row) is read once per block, by its first row group, and
-//                kept as fp32 in COLS * 4 bytes of static shared memory, from where each row
-//                reads its chunks back: with short rows the per-row work is the load, the sum,
-//                the scale and the store. Same results as EXACT = false, bit for bit. Default
-//                false.
+//   EXACT        the caller guarantees hidden == COLS (every row is exactly one tile). The loads
+//                and stores then test rows only, the row is read once, and the weight (the
+//                same for every row) is read once per thread before the row loop and kept as
+//                fp32 in registers (COLS / ROW_THREADS of them): with short rows the per-row work
+//                is the load, the sum, the scale and the store. Same results as EXACT = false,
+//                bit for bit. Default false.
 //
 // Schedules (choose by hidden so that hidden <= COLS; 16-byte accesses):
 //   short rows, many rows   ROW_THREADS < warp, ROWS 2..4, CHUNKS 1   <hk::bf16, 8, 256, 16, 2, 1>    (128)
@@ -63,7 +62,7 @@
 // C layout: offsets 0, 8, 16, 24, 32, 40, 44, 48; 56 bytes with the tail padding.
 //
 // threads = THREADS. dynamic_smem = 0 (ROW_THREADS > warp uses 4 * ROWS * 1024 / warp bytes of
-// static shared memory for the row sums; EXACT, COLS * 4 bytes for the weight).
+// static shared memory for the row sums).
 //
 // Grid (1-D, grid.y = grid.z = 1): a block step covers ROWS_PER_BLOCK = THREADS / ROW_THREADS *
 // ROWS consecutive rows (row group g of the block takes rows g * ROWS .. g * ROWS + ROWS - 1 of
@@ -100,20 +99,11 @@ struct rms_norm {
   static_assert(THREADS % ROW_THREADS == 0, "ROW_THREADS must divide THREADS");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
 
-  // hidden == COLS: one load, one store, the weight from shared memory (see EXACT above). The
-  // same operations in the same order as run_general, so the same bits.
-  //
-  // Why shared memory: on sm_90a a thread of the 128-column schedule (8 lanes x 2 chunks) holds 16
-  // fp32 values of x from its load to its store; 16 more for the weight in registers made 46-48
-  // registers (a third fewer warps an SM than at 32), and the weight kept packed (8 registers,
-  // widened per use) still left ptxas unable to keep the x and weight loads in flight together
-  // under a 32-register cap (it either spilled or issued the weight load after the row sum). The
-  // block's first row group writes the weight once, as fp32, to COLS * 4 bytes of shared memory;
-  // every row then reads its chunks back (2 x 16-byte LDS per 8 columns, no conversion).
-  using wsmem = hk::col_smem<tile>;
-  static_assert(!EXACT || COLS <= 2048, "EXACT: the fp32 weight in shared memory (COLS * 4 bytes), at most 8 KiB");
-
-  HK_INLINE static void exact_rows(const args& a, const tile& x, const wsmem& w, int r0) {
+  // hidden == COLS: one load, one store, the weight from registers (see EXACT above). The same
+  // operations in the same order as run_general, so the same bits. The first row block's x is
+  // loaded before the weight, so that the two loads are in flight together (the weight's fp32
+  // conversion, hoisted out of the row loop, would otherwise wait for it before x is asked for).
+  HK_INLINE static void exact_rows(const args& a, const tile& x, const hk::col_vec<tile>& w, int r0) {
     constexpr float inv_hidden = 1.0f / (float)COLS;   // = the run-time 1.0f / hidden, rounded once
     const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_row_stride, 1);
     ftile f, sq;
@@ -136,14 +126,9 @@ struct rms_norm {
     if (b >= row_blocks) return;
     int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
     tile x;
-    hk::load<true>(x, gx, r0, 0);                   // in flight while the weight is fetched
-    __shared__ wsmem w;
-    if (tile::group() == 0) {                       // one row group writes the weight, as fp32
-      hk::col_vec<tile> wf;
-      hk::load<true>(wf, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
-      hk::store_cols(w, wf);
-    }
-    hk::sync_threads();
+    hk::load<true>(x, gx, r0, 0);
+    hk::col_vec<tile> w;
+    hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
     exact_rows(a, x, w, r0);
     for (b += hk::grid_x(); b < row_blocks; b += hk::grid_x()) {   // a persistent grid's next row blocks
       r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;

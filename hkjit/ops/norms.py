@@ -65,12 +65,9 @@ class NormOp(Op):
         # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md). LayerNorm
         # also holds the squared deviations: under that cap, 32 elements a thread in a row group of a
         # warp (1024 bf16 columns) spilled 32 bytes (NVRTC 13), 24 none; the group widens instead.
-        # The exact path's 32-register cap (2048 threads an SM) holds for the residual norms; plain
-        # LayerNorm spills under it (ptxas hoists the shared weight and bias reads), so it keeps 64.
         cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32,
                         inputs=2 if self.residual else 1, sm_threads=SM_THREADS,
-                        warp_row_elems=24 if self.layer and not self.residual else None,
-                        exact_sm_threads=SM_THREADS if self.layer and not self.residual else 2048)
+                        warp_row_elems=24 if self.layer and not self.residual else None)
         bias = p.get("bias", False)
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "

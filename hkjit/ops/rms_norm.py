@@ -13,11 +13,9 @@ dtype, the vector width (from the arrays' alignment) and the schedule, which fol
     per row block (H100: a persistent grid of a few blocks per SM was 1-6% slower at every shape
     of the benchmark; `blocks=` still asks for one, the kernel strides over row blocks).
     min_blocks (tile keyword): blocks an sm_90a SM must hold at once, a register cap; 1 for
-    rms_norm, 1024 / threads for the fused norms; 2048 / threads (32 registers) on the exact
-    path of short rows (LayerNorm without a residual: 1024 / threads).
+    rms_norm, 1024 / threads for the fused norms.
     exact (tile keyword): hidden is exactly the tile's columns; the kernel then tests rows only
-    and keeps the weight as fp32 in shared memory (default on sm_90a for short rows; hidden <=
-    2048).
+    and keeps the weight in registers (default on sm_90a for short rows).
 
 Run-time: the number of rows, the row length, the row strides, eps. Rows may be strided
 (elements contiguous within a row; leading dimensions must collapse to one row stride).
@@ -36,12 +34,10 @@ from ._rowwise import alignment, cdiv, check_ints, pow2_at_least, rows_of
 SOURCE = "rms_norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32: x, weight and y share one
 TILES = ("vec", "threads", "row_threads", "group_rows", "chunks", "blocks", "min_blocks", "exact")
+EXACT_MAX_ELEMS = 16                # row elements a thread may hold on the exact path by default
 MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 MAX_HIDDEN = 65536
 CHUNKS_TARGET = 4                   # vector pieces per thread and row: bytes in flight
-EXACT_MAX_ELEMS = 16                # row elements a thread may hold on the exact path by default
-MAX_EXACT_HIDDEN = 2048             # exact path: weight and bias as fp32 in shared memory (8 KiB each)
-EXACT_CAP_ELEMS = 16                # exact path, sm_90a: row elements a thread holds under a 32-register cap
 MAX_ELEMS = 64                      # elements a thread keeps in registers per row (2-byte dtypes;
                                     # fp32 on NVIDIA: 32, as 1024-thread blocks get 64 registers)
 
@@ -53,8 +49,7 @@ class Args(ctypes.Structure):
                 ("rows", ctypes.c_int), ("hidden", ctypes.c_int), ("eps", ctypes.c_float)]
 
 
-def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_threads=0, warp_row_elems=None,
-              exact_sm_threads=MAX_SM_THREADS) -> Config:
+def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_threads=0, warp_row_elems=None) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides. Also the
     fused norms' (hkjit/ops/norms.py: `op` names them in errors; `max_elems` caps the row
     elements a thread keeps in registers: they keep fp32 rows and more per element; `inputs`, the
@@ -62,9 +57,7 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
     flight count them all; `sm_threads`: on sm_90a the threads an SM must hold at once, which
     caps registers through min_blocks = sm_threads // threads; `warp_row_elems`: on sm_90a, the
     most row elements a thread of a row group no wider than a warp keeps by default, the group
-    widening instead; `exact_sm_threads`: the same as sm_threads for the exact path when a thread
-    holds at most EXACT_CAP_ELEMS row elements: 2048 threads, 32 registers, which ptxas meets
-    without spilling once weight and bias live in shared memory)."""
+    widening instead)."""
     check_ints(op, tiles, TILES)
     exact_override = tiles.get("exact")
     itemsize = DTYPES[p["dtype"]].itemsize
@@ -123,28 +116,19 @@ def configure(target, p, tiles, op="rms_norm", max_elems=None, inputs=1, sm_thre
         raise InvalidArgumentError(f"{op}: min_blocks={min_blocks} blocks of {threads} threads; at most "
                                    f"{MAX_SM_THREADS} threads fit on an SM")
     # exact: the row is exactly the tile's columns, so the kernel tests rows only and keeps the
-    # weight as fp32 in shared memory (kernel_sources/rms_norm.cuh, EXACT). Default on sm_90a for
+    # weight in registers across rows (kernel_sources/rms_norm.cuh, EXACT). Default on sm_90a for
     # rows shorter than a warp's worth of pieces, where the per-row instructions, not the bytes,
     # set the time (H100: docs/notes/rms_norm.md); CDNA keeps the general path (not measured).
-    # Not past 16 elements a thread: with the weight (and bias) as fp32 in registers, as they were
-    # then, LayerNorm at 1024 columns (32 a thread) spilled 980 bytes under its register cap, and
-    # rms_norm 4096 x 1024 measured faster on the general path (H100, 10.5 against 10.9 µs;
-    # docs/notes/rms_norm.md). Shared memory now holds them; the limit stays until measured again.
+    # Not past 16 elements a thread: the weight (and bias) it keeps as fp32 doubles (triples) what
+    # a thread holds, and LayerNorm at 1024 columns (32 a thread) spilled 980 bytes under its
+    # register cap; rms_norm 4096 x 1024 also measured faster on the general path (H100, 10.5 against
+    # 10.9 µs; docs/notes/rms_norm.md).
     fits = p["hidden"] == row_threads * vec * chunks
     exact = (int(fits and target.is_nvidia and row_threads <= warp and vec * chunks <= EXACT_MAX_ELEMS)
              if exact_override is None else exact_override)
     if exact and not fits:
         raise InvalidArgumentError(f"{op}: exact={exact}; 0, or 1 when hidden ({p['hidden']}) equals "
                                    f"row_threads * vec * chunks ({row_threads * vec * chunks})")
-    if exact and p["hidden"] > MAX_EXACT_HIDDEN:
-        raise InvalidArgumentError(f"{op}: exact={exact} with hidden={p['hidden']}; the exact path keeps the "
-                                   f"weight (and bias) as fp32 in shared memory, for rows of at most "
-                                   f"{MAX_EXACT_HIDDEN} elements: use exact=0")
-    # The exact path on sm_90a: weight and bias in shared memory leave a thread only its row's
-    # values, so short rows fit 32 registers (2048 threads an SM) without spills (ptxas -v,
-    # docs/notes/rms_norm.md); the cap makes ptxas schedule for it.
-    if exact and target.is_nvidia and "min_blocks" not in tiles and vec * chunks * rows <= EXACT_CAP_ELEMS:
-        min_blocks = max(min_blocks, exact_sm_threads // threads)
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=rows,
                   chunks=chunks, blocks=blocks, rows_per_block=rows_per_block, min_blocks=min_blocks,
                   exact=exact)
@@ -260,7 +244,6 @@ def rms_norm(x, weight, eps=1e-6, *, out=None, device=None, compiler=None, **til
     x: (..., hidden) bf16 / fp16 / fp32, rows contiguous (a row stride is allowed); weight:
     (hidden,) of x's dtype; hidden up to 65536. out: optional array of x's shape and dtype (may be
     x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks,
-    exact (1: hidden == row_threads * vec * chunks <= 2048, rows tested only, the weight in shared
-    memory).
+    exact (1: hidden == row_threads * vec * chunks, rows tested only, weight kept in registers).
     """
     return launch.call(RMS_NORM, (x, weight, out), (eps,), (), device, compiler, tile_overrides)

@@ -148,7 +148,6 @@ struct gl {
   long long sb, sd, sr, sc;
   HK_INLINE T& operator()(int b, int d, int r, int c) const { return ptr[b * sb + d * sd + r * sr + c * sc]; }
   HK_INLINE T* at(int b, int d, int r, int c) const { return ptr + (b * sb + d * sd + r * sr + c * sc); }
-  HK_INLINE long long row_stride() const { return sr; }
   // Bytes from `at(b, d, r, c)` to one past the last element of the (b, d) matrix.
   HK_INLINE long long bytes_after(int b, int d, int r, int c) const {
     const long long last = b * sb + d * sd + (long long)(rows - 1) * sr + (long long)(cols - 1) * sc + 1;

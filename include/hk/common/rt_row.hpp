@@ -16,9 +16,6 @@
 //   col_vec<tile>                   a one-row fp32 row tile: loads row r of gl like the tile's
 //                                   columns (a weight, a bias)
 //   subtile_cols<CS>(tile, i)       columns [i CS, (i + 1) CS) as a CS-column tile, in place
-//   col_smem<tile>                  a column vector as fp32 in shared memory, laid out by chunk:
-//                                   store_cols(s, v) from a col_vec (one row group writes it),
-//                                   mul_col / add_col(d, a, s) read this thread's chunks back
 //   convert, element-wise ops, row_/col_ broadcasts and reductions: common/regs.hpp
 //
 // Vector accesses: a chunk that lies wholly inside gl's columns is one access of V sizeof(T)
@@ -68,15 +65,6 @@ template <class T, int B> HK_INLINE T elem(const raw<B>& r, int j) {
   if constexpr (sizeof(T) == 4) return __builtin_bit_cast(T, r.w[j]);
   else return __builtin_bit_cast(T, (u16)(r.w[j / 2] >> (16 * (j % 2))));
 }
-// Element j of type T among the packed elements of r, as fp32. bf16 widens by moving its bits
-// into the high half of the word: one shift (low element) or one mask (high element), the same
-// bits as the conversion (which compilers emit as a shift right and a shift left for the high one).
-template <class T, int B> HK_INLINE float elem_f32(const raw<B>& r, int j) {
-  if constexpr (same_t<T, bf16>::value)
-    return __builtin_bit_cast(float, j % 2 ? r.w[j / 2] & 0xFFFF0000u : r.w[j / 2] << 16);
-  else
-    return to_float(elem<T>(r, j));
-}
 template <class T, int B> HK_INLINE void set_elem(raw<B>& r, int j, T v) {
   if constexpr (sizeof(T) == 4) {
     r.w[j] = __builtin_bit_cast(u32, v);
@@ -92,10 +80,7 @@ template <class TD, class TS, int V> HK_INLINE raw<V * (int)sizeof(TD)> convert_
   } else {
     raw<V * (int)sizeof(TD)> d{};
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      if constexpr (same_t<TD, float>::value) set_elem<TD>(d, j, elem_f32<TS>(src, j));
-      else set_elem<TD>(d, j, cast<TD>(elem<TS>(src, j)));
-    }
+    for (int j = 0; j < V; ++j) set_elem<TD>(d, j, cast<TD>(elem<TS>(src, j)));
     return d;
   }
 }
@@ -117,15 +102,6 @@ HK_INLINE raw<V * (int)sizeof(TD)> load_chunk(const TM* p, int c, int n, bool ro
   return d;
 }
 
-// Element (r, c) of g, for r, c >= 0: the offset from r and c zero-extended (the same address as
-// g(0, 0, r, c) for r, c >= 0; the row's 64-bit offset is one wide multiply-add, no sign
-// extensions). Used by load<true> / store<true> (the exact-row paths: 3-11 fewer instructions a
-// row on sm_90a); the general loads keep g(): there the 64-bit forms raised the registers of
-// softmax, causal_conv1d and silu_and_mul by 2-8 (NVRTC 13).
-template <class TM> HK_INLINE TM* at(const gl<TM>& g, int r, int c) {
-  return g.ptr + ((u64)(u32)r * (u64)g.row_stride() + (u32)c);
-}
-
 // The mirror of load_chunk: the elements of src below column n, converted to TM.
 template <bool FULL, int V, class TM, class TS>
 HK_INLINE void store_chunk(TM* p, int c, int n, const raw<V * (int)sizeof(TS)>& src) {
@@ -143,18 +119,6 @@ HK_INLINE void store_chunk(TM* p, int c, int n, const raw<V * (int)sizeof(TS)>& 
   }
 }
 }  // namespace detail
-
-// C fp32 column values in shared memory, as the chunks of a row tile of C columns, V-element
-// chunks and G-thread row groups: chunk k of lane l at c[k G + l], so that a thread reads its own
-// columns back with V * 4-byte accesses (16-byte ones at most; every row group of a block reads
-// the same addresses). A weight or bias the whole block uses, kept out of registers.
-template <int C, int V, int G> struct smem_cols {
-  static constexpr int A = V * 4 < 16 ? V * 4 : 16;
-  struct alignas(A) chunk { float v[V]; };
-  chunk c[C / V];
-  // Column slot s (col_slot) of this thread: element s % V of its chunk s / V.
-  HK_INLINE float get(int s) const { return c[(s / V) * G + (int)(thread_id() % G)].v[s % V]; }
-};
 
 template <class T, int R, int C, int V, int G>
 struct rt_row {
@@ -175,13 +139,12 @@ struct rt_row {
   HK_INLINE static int col(int k, int j) { return (k * G + lane()) * V + j; }
 
   template <class U> using retype = rt_row<U, R, C, V, G>;
-  using csmem = smem_cols<C, V, G>;
   // A row vector depends on the rows and the group only; a column vector is a one-row fp32 tile.
   using rvec = tile_vec<rt_row<float, R, G * V, V, G>, 0>;
   using cvec = rt_row<float, 1, C, V, G>;
   // Flat element view (common/regs.hpp): element i is element i % V of d[i / (R V)][(i / V) % R].
   static constexpr int n_elems = chunks * R * V;
-  HK_INLINE float get(int i) const { return detail::elem_f32<T>(d[i / (R * V)][(i / V) % R], i % V); }
+  HK_INLINE float get(int i) const { return to_float(detail::elem<T>(d[i / (R * V)][(i / V) % R], i % V)); }
   HK_INLINE void set(int i, float x) { detail::set_elem<T>(d[i / (R * V)][(i / V) % R], i % V, from_float<T>(x)); }
   static constexpr int row_slots = R, col_slots = chunks * V;
   HK_HD static constexpr int row_slot(int i) { return (i / V) % R; }
@@ -204,33 +167,6 @@ HK_INLINE const rt_row<T, R, CS, V, G>& subtile_cols(const rt_row<T, R, C, V, G>
   return *reinterpret_cast<const rt_row<T, R, CS, V, G>*>(&x.d[i * (CS / (G * V))]);
 }
 
-template <class X> using col_smem = typename X::csmem;
-
-// v (a col_vec of a row tile) into shared memory: the threads of one row group each write their
-// chunks; the block synchronises before any thread reads them (mul_col / add_col below).
-template <int C, int V, int G>
-HK_INLINE void store_cols(smem_cols<C, V, G>& s, const rt_row<float, 1, C, V, G>& v) {
-  using X = rt_row<float, 1, C, V, G>;
-#pragma unroll
-  for (int k = 0; k < X::chunks; ++k)
-#pragma unroll
-    for (int j = 0; j < V; ++j) s.c[k * G + X::lane()].v[j] = v.get(k * V + j);
-}
-// mul_col: d[r][c] = a[r][c] * s[c]; add_col: a[r][c] + s[c] (regs.hpp's broadcasts, the
-// column vector read from shared memory).
-template <class T, int R, int C, int V, int G>
-HK_INLINE void mul_col(rt_row<T, R, C, V, G>& d, const rt_row<T, R, C, V, G>& a, const smem_cols<C, V, G>& s) {
-  using X = rt_row<T, R, C, V, G>;
-#pragma unroll
-  for (int i = 0; i < X::n_elems; ++i) d.set(i, a.get(i) * s.get(X::col_slot(i)));
-}
-template <class T, int R, int C, int V, int G>
-HK_INLINE void add_col(rt_row<T, R, C, V, G>& d, const rt_row<T, R, C, V, G>& a, const smem_cols<C, V, G>& s) {
-  using X = rt_row<T, R, C, V, G>;
-#pragma unroll
-  for (int i = 0; i < X::n_elems; ++i) d.set(i, a.get(i) + s.get(X::col_slot(i)));
-}
-
 // A row whose chunks all lie inside gl (the common case) is read with one access per chunk and
 // no per-chunk test. Chunk k of a thread is G V elements after its chunk k - 1: one address per
 // row and thread, constant offsets for the chunks.
@@ -244,7 +180,7 @@ HK_INLINE void load(rt_row<T, R, C, V, G>& x, const gl<TM>& g, int r0, int c0, f
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const bool ok = r0 + r < g.rows;
-    const TM* p = FULL_COLS ? detail::at(g, ok ? r0 + r : 0, c) : &g(0, 0, ok ? r0 + r : 0, 0) + c;
+    const TM* p = &g(0, 0, ok ? r0 + r : 0, 0) + c;
     if constexpr (FULL_COLS) {
       if (ok) {
 #pragma unroll
@@ -271,7 +207,7 @@ HK_INLINE void store(const gl<TM>& g, const rt_row<T, R, C, V, G>& x, int r0, in
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= g.rows) continue;
-    TM* p = FULL_COLS ? detail::at(g, r0 + r, c) : &g(0, 0, r0 + r, 0) + c;
+    TM* p = &g(0, 0, r0 + r, 0) + c;
     if (FULL_COLS || c0 + C <= g.cols) {
 #pragma unroll
       for (int k = 0; k < X::chunks; ++k) detail::store_chunk<true, V, TM, T>(p + k * G * V, 0, 0, x.d[k][r]);

@@ -23,7 +23,6 @@ template <class T> struct gl {
     return ptr[b * stride_b + d * stride_d + r * stride_r + c * stride_c];
   }
   HK_INLINE T& operator()(int r, int c) const { return ptr[r * stride_r + c * stride_c]; }
-  HK_INLINE i64 row_stride() const { return stride_r; }
 };
 template <class T> HK_INLINE gl<T> make_gl(T* p, int rows, int cols, i64 stride_r, i64 stride_c) {
   return gl<T>{p, 1, 1, rows, cols, 0, 0, stride_r, stride_c};
