@@ -40,7 +40,7 @@
 #include "attention_hopper_common.cuh"
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
-          bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::lsu>
+          bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::cpasync>
 struct attention_fwd_hopper {
   static constexpr bool TMA = LOADS == hkjit_attn_hopper::kv_producer::tma;
   static constexpr bool CPASYNC = LOADS == hkjit_attn_hopper::kv_producer::cpasync;

@@ -3,8 +3,8 @@ override configuration of both kernels (D64 / D128, causal or not, varlen, fp16,
 stages) compiles with 0 spills and no stack, five products on wgmma (two with A from registers),
 dQ added by bulk reductions under acquire/release semaphores, and the register split (setmaxnreg) kept; the plan's shared memory and consumer
 registers are the kernel's (static_asserted in the generated unit); the configuration table and
-its limits, refused before anything compiles. The prepared dq_warp variant (dQ hand-off on its own
-producer warp, loads on 1-3 others): 0 spills across the same grid, the SASS facts that place the
+its limits, refused before anything compiles. The dq_warp variant (dQ hand-off on its own producer
+warp, loads on 1-3 others; the default with one query head a KV head): 0 spills across the same grid, the SASS facts that place the
 bulk reduction and the stage loads in separate loops, the buffer freed after the bulk read and
 released after completion; bad values refused before compiling."""
 
@@ -23,7 +23,7 @@ from hkjit.targets import parse
 from conftest import needs_nvrtc, needs_sass, sass
 
 SM90 = parse("sm_90a")
-BASE = dict(dtype="bfloat16", causal=False, varlen=False, align=16)
+BASE = dict(dtype="bfloat16", causal=False, varlen=False, align=16, heads=8, kv_heads=1)   # GQA: dq_warp 0
 DQ_CONFIGS = [dict(head_dim=d, causal=c) for d in (64, 128) for c in (False, True)] + \
              [dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=4)]
 DKDV_CONFIGS = [dict(head_dim=d, causal=c) for d in (64, 128) for c in (False, True)] + \
@@ -116,7 +116,10 @@ def test_dq_warp_sass(causal, tmp_path):
 
 def test_dq_warp_refusals():
     p = dict(BASE, batch=1, heads=2, kv_heads=1, n_q=100, n_k=100, head_dim=64)
-    assert (lambda c: (c["dq_warp"], c["load_warps"]))(B.DKDV.configure(SM90, p, {})) == (0, 4)
+    picked = lambda p, tiles: (lambda c: (c["dq_warp"], c["load_warps"]))(B.DKDV.configure(SM90, p, tiles))  # noqa: E731
+    # the default by the measured table: the dQ warp with one query head a KV head, not with GQA
+    assert picked(p, {}) == (0, 4) and picked(dict(p, heads=1), {}) == (1, 3) and picked(dict(p, heads=1),
+                                                                                        dict(dq_warp=0)) == (0, 4)
     assert B.DKDV.configure(SM90, p, dict(dq_warp=1))["load_warps"] == 3
     for tiles, msg in ((dict(dq_warp=2), "dq_warp=2; valid choices: 0, 1"),
                        (dict(dq_warp=True), "dq_warp=True; valid choices"),

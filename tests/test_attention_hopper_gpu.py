@@ -2,10 +2,10 @@
 consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
 ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
 (tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
-The prepared variants (`overlap`, `producer="tma"` / `"cpasync"`, docs/notes/attention_hopper.md) run
-through the same cases, plus bnhd / fp16 / GQA, new pointers on a repeat call (the tensor maps
-follow) and the refusals that need real pointers (TMA on 4-byte rows, TMA with varlen); "cpasync"
-also through the 4-byte rows and the varlen lengths.
+The variants (`overlap`, `producer="lsu"` / `"tma"` beside the default "cpasync",
+docs/notes/attention_hopper.md) run through the same cases, plus bnhd / fp16 / GQA, new pointers on a
+repeat call (the tensor maps follow) and the refusals that need real pointers (TMA on 4-byte rows,
+TMA with varlen); "lsu" and overlap also through the 4-byte rows and the varlen lengths.
 Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -21,14 +21,14 @@ import hkjit  # noqa: E402
 
 TILES = [dict(), dict(block_kv=64), dict(block_kv=128, pingpong=0), dict(consumers=1), dict(consumers=1, stages=3),
          dict(block_kv=64, stages=4, pingpong=0)]
-VARIANTS = [dict(overlap=1), dict(overlap=1, block_kv=64, stages=4), dict(producer="tma"),
-            dict(producer="tma", block_kv=64, stages=4), dict(producer="tma", overlap=1),
+VARIANTS = [dict(producer="lsu", overlap=1), dict(producer="lsu", overlap=1, block_kv=64, stages=4),
+            dict(producer="tma"), dict(producer="tma", block_kv=64, stages=4), dict(producer="tma", overlap=1),
             dict(producer="tma", overlap=1, block_kv=64, stages=4, pingpong=0), dict(producer="tma", consumers=1),
-            dict(producer="cpasync"), dict(producer="cpasync", block_kv=64, stages=4),
+            dict(producer="lsu"), dict(producer="lsu", block_kv=64, stages=4),
             dict(producer="cpasync", overlap=1), dict(producer="cpasync", overlap=1, block_kv=64, stages=4, pingpong=0),
             dict(producer="cpasync", consumers=1)]
-# the tile sets that serve every input "lsu" serves (varlen, 4-byte rows)
-ANY_INPUT = [dict(), dict(producer="cpasync"), dict(producer="cpasync", overlap=1, block_kv=64, stages=4)]
+# the tile sets that serve every input (varlen, 4-byte rows): the default producer "cpasync" and "lsu"
+ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),

@@ -75,6 +75,30 @@ def test_compiled_attention_trains(cache_dir):
         assert rel(a, b) < 1e-2
 
 
+def test_compiled_attention_trains_from_torchs_warm_cache(tmp_path):
+    """The same compiled training step in two fresh processes sharing torch's compile cache: the
+    second loads the backward graph from disk without tracing it, and must still find the hkjit ops
+    that graph calls."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import torch, hkjit
+        q, k, v = (torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        loss = lambda q, k, v: hkjit.attention(q, k, v, causal=True).float().square().sum()
+        want = torch.autograd.grad(loss(q, k, v), (q, k, v))
+        got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
+        for a, b in zip(got, want):
+            assert ((a.double() - b.double()).norm() / b.double().norm()).item() < 1e-2
+    """)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "HKJIT_CACHE_DIR": str(tmp_path / "hkjit")}
+    for run in ("cold", "warm"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, f"{run} run: {proc.stderr[-3000:]}"
+
+
 def test_cuda_graph_capture_and_replay(cache_dir):
     """gemm (one with a split-K workspace), rms_norm, silu_and_mul and attention captured in one
     CUDA graph after a warm-up, replayed with new inputs copied in: results equal eager calls."""

@@ -89,6 +89,21 @@ def test_every_op_registers_both_forms(name):
         assert set(op.returns_for(options)) <= set(op.output_names)
 
 
+def test_first_registration_registers_every_op():
+    """A graph torch.compile loads from its on-disk cache is not traced: the ops its backward calls
+    (attention's hkjit::attention_bwd_dq) must exist once any hkjit op has been registered. A fresh
+    process, since registration is per process."""
+    import subprocess
+    import sys
+    code = ("import torch; from hkjit import ops; from hkjit.frameworks import torch_ops\n"
+            "torch_ops.ensure('attention')\n"
+            "missing = [n for n in ops.names() if not hasattr(torch.ops.hkjit, n)]\n"
+            "assert not missing, missing\n"
+            "torch.ops.hkjit.attention_bwd_dq.default, torch.ops.hkjit.attention_bwd_dkdv.into\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_out_and_in_place_calls_mutate_on_meta():
     x, w = meta(4, 64), meta(64)
     assert hkjit.rms_norm(x, w, out=x) is x

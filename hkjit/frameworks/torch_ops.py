@@ -1,6 +1,6 @@
 """Every registered hkjit op as a torch.library op, so torch.compile traces hkjit calls whole.
 
-For each op of the registry (hkjit/ops), registered on first use:
+For each op of the registry (hkjit/ops), all registered on the first traced call:
 
     hkjit::<op>(Tensor? <input>, ..., str config) -> Tensor | (Tensor, ...)
     hkjit::<op>.into(Tensor? <array>, ..., Tensor(a!)? <output>, ..., str config) -> ...
@@ -96,13 +96,19 @@ def _schema(op, mutating: bool) -> str:
 
 
 def ensure(name: str) -> str:
-    """Register hkjit::<name> (both forms) once; returns `name`. Under dynamo it runs as a
-    constant (torch._dynamo.assume_constant_result, see register_with_dynamo)."""
+    """Register hkjit::<name> (both forms); returns `name`. Under dynamo it runs as a constant
+    (torch._dynamo.assume_constant_result, see register_with_dynamo).
+
+    The first call registers every op of the registry, not only `name`: a graph torch.compile loads
+    from its on-disk cache runs without being traced, and may call ops nothing in this process has
+    named yet (attention's backward graph calls hkjit::attention_bwd_dq)."""
     if name in _registered:
         return name
+    op = ops.get(name)               # an unknown name fails here, before anything is registered
     with _lock:
-        if name not in _registered:
-            _register(ops.get(name))
+        for other in ops.names():
+            if other not in _registered:
+                _register(op if other == name else ops.get(other))
     return name
 
 

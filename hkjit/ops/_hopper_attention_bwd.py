@@ -13,13 +13,14 @@ Overrides (dkdv): `block_q` (64 only: dQ is added one 64-row block at a time) an
 are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
 sum over query heads runs in one block, in order.
 
-Prepared variants of dkdv (compile-checked, not yet measured; the defaults are the kernel measured):
-`dq_warp` (0 or 1): 1 moves the dQ hand-off (semaphore wait, bulk store/reduction, release, and the
-last KV block's dQ conversion) onto warp 3 of the producer warpgroup and the stage loads onto warps
-0 .. `load_warps` - 1 (1, 2 or 3; default 3; a warp issues the loads of 4 / load_warps warps of
-today's split, warp 0 two at 3), so the next stage's loads never wait for a dQ add, and frees the
-shared dQ partial once the bulk operation has read it. The producer keeps 56 registers (at 40 or 24
-ptxas spills). Refused before compiling: other values, load_warps other than 4 without dq_warp.
+`dq_warp` (0 or 1; default 1 when every KV head has one query head, else 0): 1 moves the dQ hand-off
+(semaphore wait, bulk store/reduction, release, and the last KV block's dQ conversion) onto warp 3 of
+the producer warpgroup and the stage loads onto warps 0 .. `load_warps` - 1 (1, 2 or 3; default 3; a
+warp issues the loads of 4 / load_warps warps of the four-warp split, warp 0 two at 3), so the next
+stage's loads never wait for a dQ add, and frees the shared dQ partial once the bulk operation has
+read it. Measured on H100: MHA 5-22% faster, GQA (8 query heads a KV head) 13% slower, load_warps=1
+30-45% slower. The producer keeps 56 registers (at 40 or 24 ptxas spills). Refused before compiling:
+other values, load_warps other than 4 without dq_warp.
 
 Workspace (dkdv, per stream): one int semaphore per (batch, head, 64-row query block), padded to 256
 bytes, zero before the first launch and left zero by every launch; then one 64 x head_dim fp32 dQ
@@ -165,7 +166,9 @@ class Main(_Base):
                  f"fit the {consumer_regs(CONSUMERS)} registers a consumer thread has)")
         if isinstance(stages, bool) or stages not in _STAGES:
             _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
-        dq_warp = _choice(where, "dq_warp", tiles.get("dq_warp", 0), _DQ_WARP)
+        # dq_warp=1 measured 5-22% faster with one query head per KV head and 13% slower with eight
+        # (H100, docs/notes/attention_hopper.md "Backward variants, measured")
+        dq_warp = _choice(where, "dq_warp", tiles.get("dq_warp", int(p["heads"] == p["kv_heads"])), _DQ_WARP)
         loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
                         f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
                                                        "need dq_warp=1, whose warp 3 adds dQ)"))
