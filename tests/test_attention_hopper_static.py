@@ -265,7 +265,7 @@ def test_default_table_and_limits():
     assert F.threads(c) == 384 and F.launch_grid(c, p) == (64, 8, 1)
     assert c["pingpong"] == 1 and F.dynamic_smem(c) == 1024 + 3 * 65536 + 2 * 16384 + 48
     c64 = F.configure(SM90, {**p, "head_dim": 64, "align": 8}, {})
-    assert (c64["block_kv"], c64["stages"], c64["vec"]) == (64, 3, 4)
+    assert (c64["block_kv"], c64["stages"], c64["vec"]) == (128, 3, 4)
     assert F.consumer_regs(2, "lsu") == 216
     with pytest.raises(InvalidArgumentError, match="exceeds"):
         F.configure(SM90, p, dict(block_kv=128, stages=4))

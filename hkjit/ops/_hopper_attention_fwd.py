@@ -7,13 +7,14 @@ is on the tensor cores; with `pingpong` the two consumers also take turns issuin
 
 | head_dim | consumers | query rows / block | block_kv | stages | pingpong | producer | shared memory |
 |----------|-----------|--------------------|----------|--------|----------|----------|---------------|
-| 64       | 2         | 128                | 64       | 3      | 1        | cpasync  | 65 KiB        |
+| 64       | 2         | 128                | 128      | 3      | 1        | cpasync  | 113 KiB       |
 | 128      | 2         | 128                | 128      | 3      | 1        | cpasync  | 225 KiB       |
 
-(Measured on H100, docs/notes/attention_hopper.md: D64 at block_kv 64 runs 10-19% faster than at
-128; D128 at block_kv 128 2-4% faster than at 64; ping-pong 1-5%; a fourth stage nothing; the
-cp.async producer 1.8x the plain-load one at D128 and 1.09x at D64, TMA within 2% of cp.async,
-overlap=1 and 4 stages of 64 keys 3-17% slower.)
+(Measured on H100, docs/notes/attention_hopper.md: the cp.async producer 1.8x the plain-load one
+at D128 and 1.09x at D64; with it D64 at block_kv 128 runs 9-14% faster than at 64 (with the
+plain loads it had been 10-19% slower); D128 at block_kv 128 2-4% faster than at 64; ping-pong
+3-7%; a fourth stage nothing; TMA within 2% of cp.async at D128, 5% slower at D64; overlap=1 3-8%
+slower.)
 
 Overrides: `block_kv` (64 or 128), `consumers` (1 or 2; three would leave 152 registers a
 consumer thread, and S + O alone take 128), `stages` (2 to 4: the pipeline holds stage j - 1 while
@@ -45,7 +46,7 @@ SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
 TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=64, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync"),
+_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync"),
              128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync")}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
             "producer": ("lsu", "tma", "cpasync")}
