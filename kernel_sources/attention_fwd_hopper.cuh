@@ -55,8 +55,10 @@ struct attention_fwd_hopper {
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
   // Registers (attention_hopper_common.cuh): 2 consumers get 216 each and the producer 72 with plain
-  // loads; with TMA or cp.async the producer keeps 24 and the consumers get 240.
-  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA || CPASYNC ? 24 : 72>;
+  // loads; with TMA the producer keeps 24 and the consumers get 240; with cp.async of 16-byte pieces
+  // 40 and 232 (at 24 NVRTC 13.0's ptxas spilled in the producer; 13.5 did not), of narrower ones the
+  // plain loads' 72 and 216 (2-4x the copies a stage).
+  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA ? 24 : CPASYNC && VEC == 8 ? 40 : 72>;
   static constexpr int PRODUCER_REGS = split::PRODUCER;
   static constexpr int CONSUMER_REGS = split::CONSUMER;
 
@@ -340,10 +342,12 @@ struct attention_fwd_hopper {
       hk::fence_barrier_init();
     }
     __syncthreads();
-    const int blocks = kv_blocks(s, blockIdx.x * BQ);
+    // The KV block count is worked out after the register split, in each role: NVRTC 13.0's ptxas
+    // spilled it to local memory when it was live across setmaxnreg (13.5 does not).
     const int wg = hk::warpgroup_id();
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
+      const int blocks = kv_blocks(s, blockIdx.x * BQ);
       if constexpr (TMA) {
         if (hk::warpgroup_thread() == 0) produce_tma(g, blocks, ring, full, empty);
       } else {
@@ -351,7 +355,7 @@ struct attention_fwd_hopper {
       }
     } else {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();   // (one consumer has them all)
-      consume(g, s, blocks, ring, cons[wg], full, empty, wg);
+      consume(g, s, kv_blocks(s, blockIdx.x * BQ), ring, cons[wg], full, empty, wg);
     }
   }
 };

@@ -6,7 +6,7 @@ has the C++ struct's size; the configuration table and its limits.
 
 The variants (`overlap`, `producer="lsu"` / `"tma"`; the default producer is `"cpasync"`) are in
 the same grid, plus their PTX facts (TMA copies from one thread; cp.async from 128 threads
-with one mbarrier arrive.noinc each and no ld.global; setmaxnreg 24 / 240) and, where nvdisasm is
+with one mbarrier arrive.noinc each and no ld.global; setmaxnreg 24 / 240 or 40 / 232) and, where nvdisasm is
 installed, their SASS facts (UTMALDG or LDGSTS per KV block in the producer, the register split, and
 for overlap the softmax between the two wgmma waits); refused combinations raise before anything
 compiles."""
@@ -116,8 +116,9 @@ def test_variant_ptx(params):
     assert copies == (2 * cfg["head_dim"] // 64 if tma else 0)
     assert ("mbarrier.arrive.expect_tx" in r.ptx) == tma
     lean = tma or cpa
-    assert f"setmaxnreg.dec.sync.aligned.u32 {24 if lean else 72};" in r.ptx
-    assert f"setmaxnreg.inc.sync.aligned.u32 {240 if lean else 216};" in r.ptx
+    keep, give = F.producer_regs(cfg["producer"], cfg["vec"]), F.consumer_regs(2, cfg["producer"], cfg["vec"])
+    assert f"setmaxnreg.dec.sync.aligned.u32 {keep};" in r.ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {give};" in r.ptx
     # cp.async: the producer (between its setmaxnreg.dec and the consumers' .inc) issues each
     # piece of K and V as a cp.async of the load width (16 B: .cg; 8 or 4 B: .ca), with src-size
     # (zero fill past n_k) from a register: per tile one unrolled run for whole blocks and one rolled
@@ -206,14 +207,16 @@ def test_variant_sass(params, tmp_path):
     ops = [op for op, _ in insts]
     tma, cpa = cfg["producer"] == "tma", cfg["producer"] == "cpasync"
     lean = tma or cpa
-    # The register split: consumers take 240 (TMA, cp.async) or 216, the producer keeps 24 or 72, and
-    # the producer's code after its setmaxnreg stays under that (no register above it is named).
+    # The register split: consumers take 240 (TMA), 232 (cp.async of 16-byte rows) or 216, the producer
+    # keeps 24, 40 or 72, and the producer's code after its setmaxnreg stays under that (no register
+    # above it is named).
+    keep, give = F.producer_regs(cfg["producer"], cfg["vec"]), F.consumer_regs(2, cfg["producer"], cfg["vec"])
     dealloc = next(i for i, (op, _) in enumerate(insts) if op.startswith("USETMAXREG.DEALLOC"))
-    assert insts[dealloc][1] == hex(24 if lean else 72)
-    assert any(op.startswith("USETMAXREG.TRY_ALLOC") and arg.endswith(hex(240 if lean else 216)) for op, arg in insts)
+    assert insts[dealloc][1] == hex(keep)
+    assert any(op.startswith("USETMAXREG.TRY_ALLOC") and arg.endswith(hex(give)) for op, arg in insts)
     producer = insts[dealloc:]
     used = [int(x) for _, arg in producer for x in re.findall(r"\bR(\d+)\b", arg)]
-    assert max(used) < (24 if lean else 72)
+    assert max(used) < keep
     # TMA: the copies are in the producer alone, 2 x D / 64 per KV block (the loop is not unrolled)
     assert ops.count("UTMALDG.4D") == (2 * cfg["head_dim"] // 64 if tma else 0)
     assert sum(op == "UTMALDG.4D" for op, _ in producer) == ops.count("UTMALDG.4D")
@@ -287,14 +290,15 @@ def test_default_table_and_limits():
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
     assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma>")
     assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync>")
-    assert F.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
+    assert F.checks(c) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
     assert F.dynamic_smem(t) == F.dynamic_smem(c)      # TMA fills the same swizzled stages
     # cp.async: the lean split, the plain loads' argument block and shared memory; whatever "lsu"
     # serves (varlen, 4- and 8-byte rows) it serves, with the same load width
     for extra in ({}, {"varlen": True}, {"align": 4}, {"align": 8, "causal": True}):
         a = F.configure(SM90, {**p, **extra}, dict(producer="cpasync"))
         plain = F.configure(SM90, {**p, **extra}, dict(producer="lsu"))
-        assert F.checks(a) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24)) and a["vec"] == plain["vec"]
+        lean = (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))   # 8- and 4-byte rows: the plain loads' split
+        assert F.checks(a) == (lean if a["vec"] == 8 else F.checks(plain)) and a["vec"] == plain["vec"]
         assert F.kernel_type(a).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync>")
         assert F.args_type(a) is F.Args and F.dynamic_smem(a) == F.dynamic_smem(plain)
     with pytest.raises(InvalidArgumentError, match="stages >= 3"):

@@ -27,9 +27,10 @@ zero-filled, completion by one cp.async.mbarrier.arrive.noinc a thread); it serv
 (varlen, 4-byte rows, any strides). "tma": one thread, tensor maps over (D, n_k, kv_heads, batch)
 with the caller's strides; needs 16-byte aligned q, k, v base pointers and strides and dense (not
 varlen) batches, refused otherwise. "lsu": plain vector loads of 128 threads through registers (4
-loads in flight a thread): the earlier default, kept for comparison. "cpasync" and "tma" keep 24
-producer registers and give the consumers 240; "lsu" 72 and 216. Rejected before anything
-compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
+loads in flight a thread): the earlier default, kept for comparison. Registers, producer /
+consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
+"lsu" 72 / 216 (producer_regs). Rejected before anything compiles, naming the limit: shared
+memory beyond the 227 KiB a block may use.
 """
 
 import ctypes
@@ -50,7 +51,11 @@ _DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0
              128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync")}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
             "producer": ("lsu", "tma", "cpasync")}
-PRODUCER_REGS = {"lsu": 72, "tma": 24, "cpasync": 24}   # setmaxnreg of the producer warpgroup (2 consumers)
+# setmaxnreg of the producer warpgroup (2 consumers). cp.async: 24 would do for NVRTC 13.5, but 13.0
+# (what torch's CUDA 13.0 wheels bring) spilled there; with 8- or 4-byte rows (2-4x the copies a stage)
+# it keeps the plain loads' 72.
+PRODUCER_REGS = {"lsu": 72, "tma": 24, "cpasync": 40}
+NARROW_CPASYNC_REGS = 72
 _KV_PRODUCER = {name: f"hkjit_attn_hopper::kv_producer::{name}" for name in _CHOICES["producer"]}   # C++ enum
 TMA_ALIGN = 16                             # bytes: TMA's base address and stride granule
 
@@ -67,10 +72,15 @@ def smem_bytes(cfg) -> int:
     return 1024 + cfg["stages"] * stage + cfg["consumers"] * consumer + 2 * cfg["stages"] * 8
 
 
-def consumer_regs(consumers: int, producer: str = "lsu") -> int:
+def producer_regs(producer: str, vec: int = 8) -> int:
+    """Registers the producer warpgroup keeps (setmaxnreg.dec); `vec`: elements a copy (8 = 16 bytes)."""
+    return NARROW_CPASYNC_REGS if producer == "cpasync" and vec != 8 else PRODUCER_REGS[producer]
+
+
+def consumer_regs(consumers: int, producer: str = "lsu", vec: int = 8) -> int:
     threads = (consumers + 1) * 128
     entry = 65536 // threads // 8 * 8
-    return min(240, (entry * (consumers + 1) - PRODUCER_REGS[producer]) // consumers // 8 * 8)
+    return min(240, (entry * (consumers + 1) - producer_regs(producer, vec)) // consumers // 8 * 8)
 
 
 def configure(target, p: dict, tiles: dict) -> Config:
@@ -136,8 +146,8 @@ def dynamic_smem(cfg) -> int:
 
 def checks(cfg) -> tuple:
     """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
-    return (("CONSUMER_REGS", consumer_regs(cfg["consumers"], cfg["producer"])),
-            ("PRODUCER_REGS", PRODUCER_REGS[cfg["producer"]]))
+    return (("CONSUMER_REGS", consumer_regs(cfg["consumers"], cfg["producer"], cfg["vec"])),
+            ("PRODUCER_REGS", producer_regs(cfg["producer"], cfg["vec"])))
 
 
 def launch_grid(cfg, p) -> tuple:
