@@ -1,0 +1,53 @@
+"""sm_90a kernels compiled by NVRTC 13.0 as well: the NVRTC that torch's CUDA 13.0 wheels bring, and
+so what a GPU host with such a torch compiles with, while `pip install 'hkjit[cuda]'` brings the newest.
+Their ptxas versions allocate registers differently: 13.0 spilled the attention forward's cp.async
+producer at 24 registers where 13.5 did not. `.ci/install` unpacks 13.0 into .ci/nvrtc-13.0 (not into
+the environment); a fresh process preloads it and compiles every op's default specialisation and the
+attention variants that matter, asserting 0 spills and no stack. Skipped where that folder is absent."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / ".ci" / "nvrtc-13.0" / "nvidia" / "cu13" / "lib"
+
+pytestmark = pytest.mark.skipif(not (LIB / "libnvrtc.so.13").exists(),
+                                reason="NVRTC 13.0 not unpacked (bash .ci/install puts it in .ci/nvrtc-13.0)")
+
+# Attention forward and backward defaults, and the narrower row alignments the cp.async producer serves
+ATTENTION = [dict(head_dim=d, causal=c, align=a) for d in (64, 128) for c in (False, True) for a in (16, 8)] + \
+            [dict(head_dim=64, causal=True, align=4), dict(head_dim=128, causal=True, varlen=True)]
+
+SCRIPT = r"""
+import json, sys
+import hkjit
+from hkjit import compiler, ops, targets
+version = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc").version()
+out = {"version": version, "kernels": {}}
+def record(name, r):
+    out["kernels"][name] = [r["spills"], r["stack_bytes"]]
+for name in ops.names():
+    record(name, hkjit.inspect(name, "sm_90a"))
+for params in json.loads(sys.argv[1]):
+    for op in ("attention", "attention_bwd_dkdv"):
+        record(f"{op} {params}", hkjit.inspect(op, "sm_90a", **params))
+print(json.dumps(out))
+"""
+
+
+def test_every_default_and_the_attention_variants_compile_clean_with_nvrtc_13_0(tmp_path):
+    env = {**os.environ, "LD_PRELOAD": str(LIB / "libnvrtc.so.13"),
+           "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(LIB), os.environ.get("LD_LIBRARY_PATH")])),
+           "HKJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION)], capture_output=True, text=True,
+                          env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["version"] == "13.0", got["version"]      # the preloaded library, not the environment's
+    spilled = {name: v for name, v in got["kernels"].items() if v != [0, 0]}
+    assert not spilled, f"spills / stack bytes with NVRTC 13.0: {spilled}"
