@@ -116,10 +116,13 @@ def test_dq_warp_sass(causal, tmp_path):
 
 def test_dq_warp_refusals():
     p = dict(BASE, batch=1, heads=2, kv_heads=1, n_q=100, n_k=100, head_dim=64)
-    picked = lambda p, tiles: (lambda c: (c["dq_warp"], c["load_warps"]))(B.DKDV.configure(SM90, p, tiles))  # noqa: E731
+
+    def picked(p, tiles):
+        c = B.DKDV.configure(SM90, p, tiles)
+        return c["dq_warp"], c["load_warps"]
     # the default by the measured table: the dQ warp with one query head a KV head, not with GQA
-    assert picked(p, {}) == (0, 4) and picked(dict(p, heads=1), {}) == (1, 3) and picked(dict(p, heads=1),
-                                                                                        dict(dq_warp=0)) == (0, 4)
+    mha = dict(p, heads=1)
+    assert picked(p, {}) == (0, 4) and picked(mha, {}) == (1, 3) and picked(mha, dict(dq_warp=0)) == (0, 4)
     assert B.DKDV.configure(SM90, p, dict(dq_warp=1))["load_warps"] == 3
     for tiles, msg in ((dict(dq_warp=2), "dq_warp=2; valid choices: 0, 1"),
                        (dict(dq_warp=True), "dq_warp=True; valid choices"),

@@ -112,7 +112,8 @@ def configure(target, p: dict, tiles: dict) -> Config:
                  "past a sequence belong to the next one; use producer='cpasync' (the default) for varlen batches")
         if align % TMA_ALIGN:
             _err(f"{where}: producer='tma' needs q, k and v base pointers and row strides aligned to {TMA_ALIGN} "
-                 f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync' (the default)")
+                 f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync' "
+                 "(the default)")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
                  varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
     cfg["block_q"] = 64 * cfg["consumers"]
