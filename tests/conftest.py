@@ -8,6 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# JAX takes 75% of a GPU's memory when it first touches it; the GPU tests run JAX beside torch, and
+# often several test processes share one GPU (pytest -n): take memory as needed instead. Seen on an
+# H100: one worker that had run the JAX tests held 60 GiB, and its neighbours ran out of memory.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 # Tests draw fresh random inputs every run. The draws of a test module's `rng` come from this seed
 # and the test's id, so a failure seen once (in CI, say) repeats with HKJIT_TEST_SEED=<seed> and
 # that one test: the seed is printed in the report header and beside every failure.
