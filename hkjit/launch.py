@@ -332,7 +332,7 @@ def _call_staged(op, described, scalars, options, dev, compiler, tiles):
                 downloads.append((host_ptr, staged[i].ptr, nbytes, None))
             else:
                 objs[name] = a.caller_object if a is not None else None
-                if a is not None and name in op.output_names:
+                if a is not None and (name in op.output_names or name in binding.updates):
                     host, host_ptr, nbytes = hosts[i]
                     downloads.append((host_ptr, staged[i].ptr, nbytes, (a, host)))
         launcher.run(tuple(s.ptr if s is not None else 0 for s in staged), scalars, 0)

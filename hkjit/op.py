@@ -250,13 +250,16 @@ class Binding(Mutable):
     when the caller passed none (name -> (shape, DType)); `args(ptrs, scalars)` returns the keyword
     arguments of `Plan.fill` from the call's pointers (name -> int, 0 for absent arrays, plus
     'workspace') and run-time scalars; `returns` names what the call gives back; `aligned_copies`
-    the arrays the kernel cannot read in place (re-laid out first)."""
-    __slots__ = ("request", "outputs", "args", "returns", "aligned_copies")
+    the arrays the kernel cannot read in place (re-laid out first); `updates` the arrays the call
+    passes that are not among the op's outputs but that this target's kernel writes as well (the
+    sm_90a dK/dV kernel of the attention backward writes dq): a call on host arrays copies them back
+    as it does the outputs."""
+    __slots__ = ("request", "outputs", "args", "returns", "aligned_copies", "updates")
 
     def __init__(self, request: dict, outputs: dict, args: Callable[[dict, tuple], dict],
-                 returns: tuple = ("out",), aligned_copies: tuple = ()):
+                 returns: tuple = ("out",), aligned_copies: tuple = (), updates: tuple = ()):
         self.request, self.outputs, self.args = request, outputs, args
-        self.returns, self.aligned_copies = returns, aligned_copies
+        self.returns, self.aligned_copies, self.updates = returns, aligned_copies, updates
 
 
 class Op:

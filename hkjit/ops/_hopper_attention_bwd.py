@@ -153,6 +153,7 @@ class Main(_Base):
     name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
               "load_warps")
+    UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
         where = f"attention backward dkdv ({target.arch})"

@@ -109,7 +109,9 @@ class AttentionBackwardOp(Op):
             if a[name] is None:
                 like = {"dq": "q", "dk": "k", "dv": "v"}.get(name)
                 outputs[name] = (a[like].shape, a[like].dtype) if like else (stats_shape, DTYPES["float32"])
-        return Binding(request, outputs, args, returns=self.output_names)
+        # the sm_90a dK/dV kernel writes dq too (one pass): a call on host arrays brings it back
+        updates = getattr(getattr(backward_module(device.target), self.kernel.upper()), "UPDATES", ())
+        return Binding(request, outputs, args, returns=self.output_names, updates=updates)
 
 
     def static_figures(self, plan, report) -> None:
