@@ -13,8 +13,8 @@ is on the tensor cores; with `pingpong` the two consumers also take turns issuin
 (Measured on H100, docs/notes/attention_hopper.md: the cp.async producer 1.8x the plain-load one
 at D128 and 1.09x at D64; with it D64 at block_kv 128 runs 9-14% faster than at 64 (with the
 plain loads it had been 10-19% slower); D128 at block_kv 128 2-4% faster than at 64; ping-pong
-3-7%; a fourth stage nothing; TMA within 2% of cp.async at D128, 5% slower at D64; overlap=1 3-8%
-slower.)
+up to 6% (one D64 causal row 2% faster without it); a fourth stage nothing; TMA within 2%
+of cp.async in most rows (one D64 run 5% slower, one GQA row 8% faster); overlap=1 4-7% slower.)
 
 Overrides: `block_kv` (64 or 128), `consumers` (1 or 2; three would leave 152 registers a
 consumer thread, and S + O alone take 128), `stages` (2 to 4: the pipeline holds stage j - 1 while
@@ -77,7 +77,7 @@ def producer_regs(producer: str, vec: int = 8) -> int:
     return NARROW_CPASYNC_REGS if producer == "cpasync" and vec != 8 else PRODUCER_REGS[producer]
 
 
-def consumer_regs(consumers: int, producer: str = "lsu", vec: int = 8) -> int:
+def consumer_regs(consumers: int, producer: str, vec: int = 8) -> int:
     threads = (consumers + 1) * 128
     entry = 65536 // threads // 8 * 8
     return min(240, (entry * (consumers + 1) - producer_regs(producer, vec)) // consumers // 8 * 8)
