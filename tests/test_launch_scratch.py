@@ -14,7 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import hkjit  # noqa: E402
 from hkjit import interop, launch, native, ops, targets  # noqa: E402
 from hkjit.errors import GraphCaptureError, InvalidArgumentError  # noqa: E402
 from hkjit.ops import _hopper_attention_bwd as B  # noqa: E402
@@ -129,7 +128,8 @@ def test_shared_scratch_grows_to_the_largest_call_and_is_shared():
     big.run(pb, (0.125,), 7)
     s2 = big.kernel.launches[-1][0].dq_accum
     ws_big = big.kernel.launches[-1][0].semaphores
-    assert dev.log[-5:] == [("alloc", ws_big, big.plan.workspace_bytes), ("zero", ws_big, big.plan.workspace_zeroed, True),
+    assert dev.log[-5:] == [("alloc", ws_big, big.plan.workspace_bytes),
+                            ("zero", ws_big, big.plan.workspace_zeroed, True),
                             ("sync", 7), ("free", s1),            # the old scratch, after the stream's queued work
                             ("alloc", s2, -(-big.plan.scratch_bytes // (2 * MiB)) * 2 * MiB)]
     before = len(dev.log)
