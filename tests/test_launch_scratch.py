@@ -112,6 +112,19 @@ def test_plan_keeps_semaphores_and_gives_the_accumulators_as_scratch():
     assert (rms.workspace_bytes, rms.scratch_bytes) == (0, 0)
 
 
+def test_other_ops_keep_counters_and_take_their_partials_as_scratch():
+    """Split-K gemm: a counter per (tile, consumer) kept, fp32 partials per call; split topk rows: a
+    counter per row kept, each part's survivors per call."""
+    gemm = ops.get("gemm").plan(SM90, m=16, n=4096, k=4096, dtype="bfloat16", num_sms=132)
+    assert (gemm.config["split_k"], gemm.config["block_m"], gemm.config["block_n"]) == (2, 64, 64)
+    assert (gemm.workspace_bytes, gemm.workspace_zeroed, gemm.scratch_bytes) == (256, 256, 64 * 2 * 64 * 64 * 4)
+    plain = ops.get("gemm").plan(SM90, m=4096, n=4096, k=4096, dtype="bfloat16", num_sms=132)
+    assert (plain.workspace_bytes, plain.scratch_bytes) == (0, 0)
+    topk = ops.get("topk").plan(SM90, rows=16, n=128256, dtype="bfloat16")
+    assert topk.config["split"] == 16
+    assert (topk.workspace_bytes, topk.workspace_zeroed, topk.scratch_bytes) == (64, 64, 16 * 16 * 2 * 128 * 4)
+
+
 def test_shared_scratch_grows_to_the_largest_call_and_is_shared():
     """Non-torch callers: one buffer per (device, stream), grown (after the stream's queued work)
     to the largest call, reused by every launcher on that stream; workspaces stay per launcher."""
