@@ -11,7 +11,9 @@
    specialisation for HKJIT_RECORD manifests.
 3. The launcher allocates missing outputs in the caller's framework, fills and packs the argument
    struct (packed blocks memoised per pointers and scalars: re-encoding TMA descriptors costs µs),
-   gives each stream its own workspace, and launches on the caller's current stream.
+   gives each stream its own workspace (small, zeroed, kept) and each call its scratch (torch
+   callers: torch's caching allocator, freed after the launch; others: one buffer per device and
+   stream, `SharedScratch`), and launches on the caller's current stream.
 4. torch tensors take a shorter repeat path: a call whose tensors have the properties of an
    earlier one skips describing, device choice and the signature, since those properties decided
    all of them. From the second such call on CUDA, the native path (hkjit/native: C, built on
@@ -21,8 +23,9 @@
    symbolic route the frameworks layer installs (hkjit/frameworks: torch.library ops, jax.ffi):
    the kernel is bound and compiled from their shapes, and launched later by the framework.
 6. CUDA graph capture: a call that would bind or compile (a first call of its signature) while its
-   stream is capturing is refused (GraphCaptureError: warm up first); workspaces of torch callers
-   come from torch's caching allocator, which capture allows and replays keep alive.
+   stream is capturing is refused (GraphCaptureError: warm up first); workspaces and scratch of
+   torch callers come from torch's caching allocator, which capture allows (into the graph's pool)
+   and replays keep alive; a shared scratch a capture used is never freed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from .interop import Array
 
 _launchers: dict = {}
 _fast: dict = {}
+_shared_scratch: dict = {}  # (device kind, index, stream) -> SharedScratch
+TORCH = "torch"             # Launcher.run's `scratch`: from torch's caching allocator on the launch stream
+SCRATCH_ROUND = 2 << 20     # a shared scratch grows in steps of 2 MiB (fewer regrowths, each a stream sync)
 _torch_tensor = None        # torch.Tensor once a torch call has succeeded (the repeat path's type test)
 _torch_parameter = None     # torch.nn.Parameter then: parameters (norm weights) take the repeat path too
 _native = None              # the native table (hkjit/native) once a repeat call used it; False: none here
@@ -53,27 +59,55 @@ MAX_PACKED = 64
 
 class Launcher:
     """A loaded kernel bound to one call signature."""
-    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces", "native", "buffers")
+    __slots__ = ("op", "kernel", "plan", "binding", "device", "block", "packed", "workspaces", "native", "buffers",
+                 "torch_device")
 
     def __init__(self, op, kernel, plan, binding, device):
         self.op, self.kernel, self.plan, self.binding, self.device = op, kernel, plan, binding, device
         self.block = (plan.threads, 1, 1)
         self.packed, self.workspaces, self.buffers = {}, {}, {}
         self.native = None             # where the native path writes pointers (hkjit/native), once measured
+        self.torch_device = None       # torch.device of a torch caller's scratch, made on first use
 
-    def run(self, ptrs: tuple, scalars: tuple, stream) -> None:
+    def run(self, ptrs: tuple, scalars: tuple, stream, scratch=None) -> None:
+        """Launch on `stream`. Where the plan has scratch, `scratch` says whence: TORCH (`stream` is
+        torch's current stream of this device: a tensor of torch's caching allocator, released on
+        return, which is safe because that allocator hands a block on only to work queued after
+        this launch on the same stream), a device pointer the caller keeps alive until the launch
+        has run (staged calls), or None: the buffer shared by the launches on (device, stream)."""
         plan = self.plan
         ws = (self.workspaces.get(stream) or self._workspace(stream)) if plan.workspace_bytes else 0
-        key = (ptrs, scalars, ws)
+        if plan.scratch_bytes:         # `held`: a torch caller's scratch, back to the allocator on return
+            held, scratch = self._scratch(stream, scratch)
+            key = (ptrs, scalars, ws, scratch)
+        else:
+            held, scratch, key = None, 0, (ptrs, scalars, ws)
         packed = self.packed.get(key)
         if packed is None:
             _check_scalars(self.op, scalars)   # here, not per call: a new scalar value always packs
-            named = dict(zip(self.op.array_names, ptrs), workspace=ws)
+            named = dict(zip(self.op.array_names, ptrs), workspace=ws, scratch=scratch)
             packed = self.kernel.pack(plan.fill(**self.binding.args(named, scalars)))
             if len(self.packed) >= MAX_PACKED:
                 self.packed.clear()
             self.packed[key] = packed
         self.kernel.launch_packed(plan.grid, self.block, plan.dynamic_smem, packed, stream)
+        del held
+
+    def _scratch(self, stream, source) -> tuple:
+        """(what keeps it alive until the launch is queued, pointer) of this call's scratch."""
+        if source is TORCH:
+            torch = sys.modules["torch"]
+            if self.torch_device is None:
+                self.torch_device = torch.device("cuda", self.device.index)
+            buf = torch.empty(self.plan.scratch_bytes, dtype=torch.uint8, device=self.torch_device)
+            return buf, buf.data_ptr()
+        if source is not None:
+            return None, source
+        shared = _shared_scratch.get((self.device.kind, self.device.index, stream))
+        if shared is None:
+            shared = _shared_scratch[(self.device.kind, self.device.index, stream)] = SharedScratch(self.device,
+                                                                                                    stream)
+        return None, shared.get(self.plan.scratch_bytes, self.op.name)
 
     def _workspace(self, stream) -> int:
         """One workspace per stream (launches on one stream are ordered, so they share it), kept for
@@ -98,6 +132,58 @@ class Launcher:
                 self.device.copy_in(ptr, ctypes.addressof(zeros), zeroed)
         self.workspaces[stream] = ptr
         return ptr
+
+
+class SharedScratch:
+    """The scratch of the launches on one (device, stream) whose caller has no stream-ordered
+    allocator hkjit uses (CuPy, eager JAX, ...): one buffer, grown to the largest call and kept.
+    Launches on one stream run in order and none leaves anything in its scratch for the next, so
+    one buffer serves them all. Growing waits for the stream (launches queued on it may still use
+    the old buffer) and frees the old one, except where a CUDA graph was captured with it: the
+    graph's replays still use it, so it is kept for the process's life. Growing while the stream
+    is capturing is refused (GraphCaptureError: warm up with the largest shape first)."""
+    __slots__ = ("device", "stream", "ptr", "nbytes", "captured", "kept")
+
+    def __init__(self, device, stream):
+        self.device, self.stream = device, stream
+        self.ptr = self.nbytes = 0
+        self.captured = False          # a capture has recorded launches that use `ptr`
+        self.kept = []                 # earlier buffers a captured graph may still replay with
+
+    def get(self, nbytes: int, op_name: str) -> int:
+        """A pointer to at least `nbytes` bytes for one launch queued next on this stream."""
+        capturing = getattr(self.device, "is_capturing", None)
+        capturing = capturing is not None and capturing(self.stream)
+        if nbytes > self.nbytes:
+            if capturing:            # cuMemAlloc would break the capture
+                raise GraphCaptureError(
+                    f"{op_name}: this call needs {nbytes} bytes of scratch, more than the {self.nbytes} bytes the "
+                    "launches on its stream share, while the stream is capturing a CUDA graph; before capturing, "
+                    "run the largest call the graph makes on this stream once (a warm-up)")
+            self.release()
+            size = -(-nbytes // SCRATCH_ROUND) * SCRATCH_ROUND
+            self.ptr, self.nbytes = self.device.alloc(size), size
+        self.captured = self.captured or capturing
+        return self.ptr
+
+    def release(self) -> None:
+        """Give the buffer back (after the launches queued on the stream), or keep it where a
+        captured graph uses it."""
+        if not self.ptr:
+            return
+        if self.captured:
+            self.kept.append((self.ptr, self.nbytes))
+        else:
+            self.device.synchronize(self.stream)
+            self.device.free(self.ptr)
+        self.ptr = self.nbytes = 0
+        self.captured = False
+
+
+def shared_scratch() -> dict:
+    """{(device kind, index, stream): (bytes held, bytes kept for captured graphs)} of the shared
+    scratch buffers in this process (`SharedScratch`)."""
+    return {k: (s.nbytes, sum(n for _, n in s.kept)) for k, s in _shared_scratch.items()}
 
 
 def refuse_capture(op_name: str, device, stream, what: str) -> None:
@@ -196,7 +282,7 @@ def call(op, values: tuple, scalars: tuple = (), options: tuple = (), device=Non
             objs[name] = interop.empty(template, shape, dt)
             a = interop.describe(objs[name])
         ptrs.append(a.ptr if a is not None else 0)
-    launcher.run(tuple(ptrs), scalars, stream)
+    launcher.run(tuple(ptrs), scalars, stream, TORCH if template.framework == "torch" else None)
     if template.framework == "jax":
         dev.synchronize(stream)   # JAX does not know this stream: finish before it reads the result
     elif template.framework == "torch" and device is None and compiler is None and not tiles:
@@ -335,7 +421,8 @@ def _call_staged(op, described, scalars, options, dev, compiler, tiles):
                 if a is not None and (name in op.output_names or name in binding.updates):
                     host, host_ptr, nbytes = hosts[i]
                     downloads.append((host_ptr, staged[i].ptr, nbytes, (a, host)))
-        launcher.run(tuple(s.ptr if s is not None else 0 for s in staged), scalars, 0)
+        scratch = stage.alloc(launcher.plan.scratch_bytes) if launcher.plan.scratch_bytes else None
+        launcher.run(tuple(s.ptr if s is not None else 0 for s in staged), scalars, 0, scratch)
         dev.synchronize(0)
         for host_ptr, dev_ptr, nbytes, back in downloads:
             stage.download(host_ptr, dev_ptr, nbytes)
@@ -361,8 +448,8 @@ class _FastEntry:
         ptrs = tuple(ptrs)
         stream = self.stream_of(self.index)
         packed = self.packed.get((ptrs, scalars, 0))
-        if packed is None:             # new pointers or scalars, or a workspace: the launcher packs
-            self.launcher.run(ptrs, scalars, stream)
+        if packed is None:             # new pointers or scalars, a workspace or scratch: the launcher packs
+            self.launcher.run(ptrs, scalars, stream, TORCH)
         else:
             self.launch(self.grid, self.block, self.smem, packed, stream)
         if self.native is None:        # the second call of this signature: from now on, natively
@@ -387,7 +474,7 @@ def _remember_fast(op, values, options, launcher, dev):
     e = _FastEntry()
     e.launcher, e.index, e.op, e.options = launcher, dev.index, op, options
     e.native = None if dev.kind == "cuda" and _native_allowed else False
-    e.packed = launcher.packed if not launcher.plan.workspace_bytes else {}
+    e.packed = launcher.packed if not (launcher.plan.workspace_bytes or launcher.plan.scratch_bytes) else {}
     e.launch, e.grid, e.block, e.smem = (launcher.kernel.launch_packed, launcher.plan.grid, launcher.block,
                                          launcher.plan.dynamic_smem)
     e.empty = torch.empty
@@ -438,7 +525,7 @@ def remember_native(table, op, values, options, scalars, ptrs, launcher, made) -
     def repack(ptrs, scalars) -> bytes:
         """The block for new pointers or scalars, with the Python path's checks and errors."""
         _check_scalars(op, scalars)
-        return bytes(plan.fill(**binding.args(dict(zip(names, ptrs), workspace=0), scalars)))
+        return bytes(plan.fill(**binding.args(dict(zip(names, ptrs), workspace=0, scratch=0), scalars)))
     what = (f"launch of {launcher.kernel.name} (grid {plan.grid}, block {launcher.block}, "
             f"{plan.dynamic_smem} B shared)")
     return native.remember(table, op, values, options, scalars, ptrs, launcher, what, repack, made)
@@ -477,11 +564,14 @@ def native_stats() -> dict | None:
 
 
 def reset() -> None:
-    """Forget every launcher and repeat-call entry (kernels are reloaded on the next call)."""
+    """Forget every launcher and repeat-call entry (kernels are reloaded on the next call) and give
+    back the shared scratch buffers (those no captured graph uses)."""
     _launchers.clear()
     _fast.clear()
     if _native:
         _native.clear()
+    for shared in _shared_scratch.values():
+        shared.release()
 
 
 def launchers() -> list:

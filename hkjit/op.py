@@ -9,7 +9,7 @@ and implements two methods:
 
 `plan` serves `hkjit.build`, `hkjit inspect`, manifests and precompile (no arrays, no GPU);
 `bind` serves a call: `hkjit.launch.call` describes the arrays, picks the device, stages host
-memory, memoises launchers, allocates outputs and workspaces, records manifests and keeps the torch
+memory, memoises launchers, allocates outputs, workspaces and scratch, records manifests and keeps the torch
 repeat-call path, so none of that is written per op. Per-arch modules of an op implement one
 interface: `configure(target, params, tiles) -> Config` and `fill(config, ...)`.
 """
@@ -219,19 +219,31 @@ def _deferred_init(struct_type, ranges):
 class Plan(Frozen):
     """Everything the launch path needs for one specialisation on one target: the `spec`, its
     `config`, `threads`, `dynamic_smem` and `grid`, `args_type` (the ctypes.Structure mirroring the
-    kernel's args) and `fill(**kernel arguments)` giving one, `workspace_bytes` of device scratch
-    per stream (0: none) of which the leading `workspace_zeroed` bytes must start zeroed.
+    kernel's args) and `fill(**kernel arguments)` giving one, and the device memory its launches
+    need beyond the call's arrays (`fill` gets both pointers, `workspace` and `scratch`, 0 where
+    none):
+
+    - `workspace_bytes` (0: none), kept per stream for the launcher's life, of which the leading
+      `workspace_zeroed` bytes start at zero and every launch must leave at zero (semaphores,
+      counters). Held between calls, so it should stay small;
+    - `scratch_bytes` (0: none), whose contents a launch neither needs nor leaves for the next:
+      the launch path gives each call some (torch callers: from torch's caching allocator, on the
+      launch stream; others: a buffer shared by the launches on that stream), so a signature holds
+      none of it between calls (docs/notes/frameworks.md, "Workspace and scratch").
 
     Every integer written into `args_type` is checked against its field's C type (see
     `_check_struct_ranges`); `fill` raises InvalidArgumentError naming the op and the field."""
     __slots__ = ("spec", "config", "threads", "dynamic_smem", "grid", "args_type", "fill", "workspace_bytes",
-                 "workspace_zeroed")
+                 "workspace_zeroed", "scratch_bytes")
 
     def __init__(self, spec: Specialization, config: Config, threads: int, dynamic_smem: int, grid: tuple,
                  args_type: type, fill: Callable[..., ctypes.Structure], workspace_bytes: int = 0,
-                 workspace_zeroed: int = 0):
+                 workspace_zeroed: int = 0, scratch_bytes: int = 0):
         _check_struct_ranges(args_type)
         op = spec.op
+        if not 0 <= workspace_zeroed <= workspace_bytes or scratch_bytes < 0:
+            raise InvalidArgumentError(f"{op}: workspace {workspace_bytes} B of which {workspace_zeroed} zeroed, "
+                                       f"scratch {scratch_bytes} B: the op's plan is inconsistent")
 
         def checked_fill(**arguments):
             try:
@@ -240,7 +252,7 @@ class Plan(Frozen):
                 raise InvalidArgumentError(f"{op}: {e}") from None
         self._set(spec=spec, config=config, threads=threads, dynamic_smem=dynamic_smem, grid=grid,
                   args_type=args_type, fill=checked_fill, workspace_bytes=workspace_bytes,
-                  workspace_zeroed=workspace_zeroed)
+                  workspace_zeroed=workspace_zeroed, scratch_bytes=scratch_bytes)
 
 
 class Binding(Mutable):
@@ -249,7 +261,7 @@ class Binding(Mutable):
     `request` are the `hkjit.build` keywords that give the kernel; `outputs` the arrays to allocate
     when the caller passed none (name -> (shape, DType)); `args(ptrs, scalars)` returns the keyword
     arguments of `Plan.fill` from the call's pointers (name -> int, 0 for absent arrays, plus
-    'workspace') and run-time scalars; `returns` names what the call gives back; `aligned_copies`
+    'workspace' and 'scratch') and run-time scalars; `returns` names what the call gives back; `aligned_copies`
     the arrays the kernel cannot read in place (re-laid out first); `updates` the arrays the call
     passes that are not among the op's outputs but that this target's kernel writes as well (the
     sm_90a dK/dV kernel of the attention backward writes dq): a call on host arrays copies them back

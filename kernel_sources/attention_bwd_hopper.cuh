@@ -14,8 +14,9 @@
 // in shared memory), dV += P^T dO and dK += dS^T Q (A = P^T, dS^T straight from the accumulator
 // registers, wgmma's RS form), dQ = dS K (A = dS^T written once to shared memory, read transposed).
 //
-// Deterministic dQ: per (batch, head, 64-row query block) the workspace holds a semaphore and a
-// 64 x D fp32 accumulator. KV block i of a head adds its partial only when the semaphore equals i
+// Deterministic dQ: per (batch, head, 64-row query block) a semaphore in the workspace (zero at
+// launch, kept by the launcher) and a 64 x D fp32 accumulator in the scratch (per call, no contents
+// needed). KV block i of a head adds its partial only when the semaphore equals i
 // (the KV blocks that see a query block are 0 .. last, contiguous, also under causal masking): the
 // first stores, the next ones add with one bulk reduction (cp.reduce.async.bulk), the last reads the
 // sum, adds its own, scales and writes dQ, and resets the semaphore to 0 for the next launch. The adds
@@ -56,14 +57,16 @@ struct bwd_args {
 static_assert(sizeof(bwd_args) == 368, "bwd_args layout is mirrored in Python");
 
 // The one-pass kernel's arguments (hkjit/ops/_hopper_attention_bwd.py: WorkspaceArgs): the common
-// block, the workspace (semaphores, then dQ accumulators) and the 64-row query blocks per (batch,
-// head) it was sized for (varlen: of the longest sequence).
+// block, the workspace (one int semaphore per query block, zero at launch and left zero), the
+// scratch (one 64 x D fp32 dQ accumulator per query block, its contents neither needed nor kept)
+// and the 64-row query blocks per (batch, head) both were sized for (varlen: of the longest sequence).
 struct bwd_ws_args {
   bwd_args a;
-  void* workspace;
+  int* semaphores;
+  float* dq_accum;
   int q_blocks, unused;
 };
-static_assert(sizeof(bwd_ws_args) == 384, "bwd_ws_args layout is mirrored in Python");
+static_assert(sizeof(bwd_ws_args) == 392, "bwd_ws_args layout is mirrored in Python");
 
 constexpr float LOG2E = 1.4426950408889634f;
 
@@ -172,7 +175,7 @@ struct attention_bwd_prep_hopper {
 // (causal: from the last one down), for each query head of the KV head's group, in order: Q, dO, LSE and Delta by cp.async into a
 // STAGES-deep ring (full[s]: 128 cp.async completions + 128 arrivals; empty[s]: one arrival per
 // consumer warp); and, one block behind, the dQ partials the consumers leave in shared memory
-// (dq_full / dq_empty, two buffers) added in order into the workspace. Consumer c owns keys
+// (dq_full / dq_empty, two buffers) added in order into the scratch accumulators. Consumer c owns keys
 // [64c, 64c + 64) of the block: dK and dV in registers; per query block S^T, dP^T (K-major
 // operands), P^T and dS^T in A registers, dV += P^T dO, dK += dS^T Q, dS^T to shared memory, then
 // (both consumers' halves in place) dQ columns [64c, 64c + 64) = dS K (at D64 consumer 0 alone).
@@ -210,7 +213,7 @@ struct attention_bwd_dkdv_hopper {
   struct keys_block { keys_t k, v; };
   // dQ partial in fragment order: float4 (consumer c, registers 4j..4j+3, thread t) at (8c + j) 128 + t,
   // so both the consumers' stores and the producer's reads are whole 512-byte warp rows. The
-  // workspace accumulator has the same layout (the bulk copies are flat).
+  // scratch accumulator has the same layout (the bulk copies are flat).
   struct dq_buf { float4 v[DQ_FLOATS / 4]; };
   // shift: k0 - (Lk - Lq) - q0, the causal diagonal of the block's first key against the stage's
   // first query (written by the producer so that no consumer register holds it across the loop).
@@ -256,7 +259,7 @@ struct attention_bwd_dkdv_hopper {
   }
 
   // Where step u's dQ goes: query block m of head h (rows q0 ..), the last KV block that streams it,
-  // and its semaphore and fp32 accumulator in the workspace.
+  // and its semaphore (workspace) and fp32 accumulator (scratch).
   struct dq_step { int h, q0, last; int* sem; float* acc; };
   static __device__ __forceinline__ dq_step dq_step_of(const args& ga, const seq_t& s, int u, int qb0, int per_head) {
     const auto& g = ga.a;
@@ -269,13 +272,10 @@ struct attention_bwd_dkdv_hopper {
       last = see < last ? see : last;
     }
     const long long slot = ((long long)b * g.heads + h) * ga.q_blocks + m;
-    const long long sem_bytes = ((long long)g.batch * g.heads * ga.q_blocks * 4 + 255) / 256 * 256;
-    int* sem = reinterpret_cast<int*>(ga.workspace) + slot;
-    float* acc = reinterpret_cast<float*>(reinterpret_cast<char*>(ga.workspace) + sem_bytes) + slot * DQ_FLOATS;
-    return {h, q0, last, sem, acc};
+    return {h, q0, last, ga.semaphores + slot, ga.dq_accum + slot * DQ_FLOATS};
   }
 
-  // Add the consumers' dQ partial of step u (query block m of head h) into the workspace, in
+  // Add the consumers' dQ partial of step u (query block m of head h) into its accumulator, in
   // order; the last KV block of the query block writes dQ instead.
   static __device__ void write_dq(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm, int tid) {
     dq_buf* dqb = sm.dq;

@@ -13,7 +13,7 @@
 //
 // SPLIT_K > 1 (small M, long K): the work unit is (tile, K-slice); the SPLIT_K slices of a tile are
 // adjacent units, so they run at the same time on different SMs. Each consumer writes its fp32
-// partial accumulator to the workspace, then bumps the tile's counter; the one that arrives last
+// partial accumulator to the scratch, then bumps the tile's counter; the one that arrives last
 // adds the other partials and runs the normal epilogue (alpha, beta, C_in, bias, output dtype),
 // then resets the counter to 0 for the next launch. Nobody waits on another block.
 #include "hk/hk.hpp"
@@ -75,10 +75,11 @@ struct gemm_hopper {
     long long ldc, ldc_in;
     int M, N, K;
     float alpha, beta;
-    void* workspace;           // SPLIT_K > 1: counters, then fp32 partials (layout: splitk_reduce)
+    void* workspace;           // SPLIT_K > 1: counters, zero at launch and left zero (kept per stream)
+    float* partials;           // SPLIT_K > 1: fp32 partials (scratch, per call; layout: splitk_reduce)
   };
   // Offsets (mirrored and tested in Python): a_map 0, b_map 128, c_map 256, a 384, a_stride_m 424,
-  // M 472, alpha 484, workspace 496; size 512 (alignas(64) of the tensor maps).
+  // M 472, alpha 484, workspace 496, partials 504; size 512 (alignas(64) of the tensor maps).
   static_assert(sizeof(args) == 512, "args layout is mirrored in Python");
 
   // ---- tile order ---------------------------------------------------------------------------------
@@ -248,8 +249,8 @@ struct gemm_hopper {
 
   // ---- split-K reduction ---------------------------------------------------------------------------
   // Workspace: `tiles * CONSUMERS` u32 counters (zero before the first launch; each launch leaves
-  // them zero), padded to 256 bytes, then one fp32 slot per (tile, slice, consumer) holding that
-  // consumer's accumulator in register order: float4 j of 64-row block b of thread t at
+  // them zero). Scratch (`partials`, each slot written before it is read in the same launch): one
+  // fp32 slot per (tile, slice, consumer) holding that consumer's accumulator in register order: float4 j of 64-row block b of thread t at
   // [(b * regs/4 + j) * 128 + t], so every store and load is a coalesced 16-byte access. Warps
   // whose 16 rows all lie below M skip both (the same warps in every slice).
   static constexpr long long SLOT_FLOATS = (long long)CONSUMER_ROWS * BN;
@@ -264,8 +265,7 @@ struct gemm_hopper {
                                        int row0, volatile int* flags) {
     const int t = hk::warpgroup_thread();
     unsigned* counter = static_cast<unsigned*>(g.workspace) + tile * CONSUMERS + consumer;
-    const long long counter_bytes = ((long long)tiles * CONSUMERS * 4 + 255) / 256 * 256;
-    float* part = reinterpret_cast<float*>(static_cast<char*>(g.workspace) + counter_bytes);
+    float* part = g.partials;
     auto slot = [&](int s) { return part + ((long long)(tile * SPLIT_K + s) * CONSUMERS + consumer) * SLOT_FLOATS; };
     const int warp_row = row0 + (t / 32) * 16;
     float* mine = slot(slice);

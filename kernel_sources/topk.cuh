@@ -37,7 +37,7 @@
 //                remaining key bit (and column bit when there are ties), then one to collect.
 //   SPLIT        1, or (STREAM) parts a row is cut into, one block each (grid.y = SPLIT), so that
 //                a few long rows still fill the GPU: each part selects its own k survivors (from
-//                whole column blocks of its columns), writes them to the workspace and counts
+//                whole column blocks of its columns), writes them to the scratch and counts
 //                itself done on the row's counter; the last part selects the row's k among the
 //                parts' survivors (at most 16 * 128, in the candidate buffer) and writes them.
 //
@@ -45,13 +45,14 @@
 //   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
 //   T*         values               row r at values + r * values_row_stride, k elements
 //   long long* indices              row r at indices + r * indices_row_stride, k elements
-//   u32*       workspace            SPLIT > 1: rows counters, zero at launch (left zero), then
-//                                   rows * SPLIT * 2 * 128 words for the parts' survivors
+//   u32*       workspace            SPLIT > 1: rows counters, zero at launch (left zero; kept)
+//   u32*       scratch              SPLIT > 1: rows * SPLIT * 2 * 128 words for the parts' survivors
+//                                   (written before they are read; given per call)
 //   long long  x_row_stride, values_row_stride, indices_row_stride     (elements)
 //   int        rows                 >= 1
 //   int        n                    >= 1 (the row length)
 //   int        k                    1 <= k <= min(n, 128)
-// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 56, 60, 64; 72 bytes with the tail padding.
+// C layout: offsets 0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72; 80 bytes with the tail padding.
 //
 // threads = THREADS. dynamic_smem = 0 (static shared memory: the survivors, 8 bytes times
 // min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
@@ -82,6 +83,7 @@ struct topk {
     T* values;
     long long* indices;
     hk::u32* workspace;
+    hk::u32* scratch;
     long long x_row_stride, values_row_stride, indices_row_stride;
     int rows, n, k;
   };
@@ -444,10 +446,10 @@ struct topk {
     if (k_part > 0) select_columns(sm, gseg, row, c_lo, a.n, k_part);
     hk::sync_threads();
     if constexpr (SPLIT > 1) {
-      // Each part leaves its k_part survivors in the workspace; the part that finishes last
+      // Each part leaves its k_part survivors in the scratch; the part that finishes last
       // (a counter per row, left at 0 again) selects the row's k among them.
       hk::u32* counter = a.workspace + row;
-      hk::u32* list = a.workspace + a.rows + ((long long)row * SPLIT + part) * 2 * MAX_K;
+      hk::u32* list = a.scratch + ((long long)row * SPLIT + part) * 2 * MAX_K;
       for (int i = tid; i < k_part; i += THREADS) {
         list[2 * i] = sm.s.key[i];
         list[2 * i + 1] = sm.s.col[i];
@@ -464,7 +466,7 @@ struct topk {
         const int lo = p * seg < a.n ? p * seg : a.n;
         const int len_p = a.n - lo < seg ? a.n - lo : seg;
         const int kp = a.k < len_p ? a.k : len_p;
-        const hk::u32* other = a.workspace + a.rows + ((long long)row * SPLIT + p) * 2 * MAX_K;
+        const hk::u32* other = a.scratch + ((long long)row * SPLIT + p) * 2 * MAX_K;
         for (int i = tid; i < kp; i += THREADS) {
           sm.cand_key[m + i] = other[2 * i];
           sm.cand_col[m + i] = other[2 * i + 1];

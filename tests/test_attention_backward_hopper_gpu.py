@@ -114,17 +114,106 @@ def test_autograd_gqa_against_sdpa(causal):
     check_grads(ours, [x.grad for x in (q, k, v)], f"autograd causal={causal}", tol=2e-2)
 
 
-def test_host_arrays_give_the_torch_calls_bits():
-    """NumPy arrays for the GPU (a staged call: upload, the prep and dK/dV launches, download) give the
-    same dq, dk, dv bits as the call on CUDA tensors; dq comes from both launches (rows that see no key
-    from the prep, the others from the one-pass dK/dV kernel, which writes dq as an updated input)."""
+# --- workspace and scratch: what a process holds between calls ------------------------------------
+def _sems(b, h, nq):
+    """The dkdv kernel's kept workspace: an int semaphore per 64-row query block, padded to 256 B."""
+    return -(-b * h * -(-nq // 64) * 4 // 256) * 256
+
+
+def test_memory_held_between_calls_stays_bounded():
+    """Backward calls of many shapes in one process: after each, torch holds beyond the caller's
+    tensors only that signature's semaphores (kept per stream); the fp32 dQ accumulators (scratch,
+    B*H*ceil(N/64)*64*D*4 bytes) are allocated during the call and given back after it."""
+    import torch
+    shapes = [(2, 16, 4, n, n, d) for n in (700, 2048, 4097, 8192) for d in (64, 128)] + [(1, 8, 8, 300, 5000, 128)]
+    kept = 0
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    for b, h, hkv, nq, nk, d in shapes:
+        q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
+        o, lse = hkjit.attention(q, k, v, return_lse=True)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        grads = hkjit.attention_backward(do, q, k, v, o, lse)
+        torch.cuda.synchronize()
+        scratch = b * h * -(-nq // 64) * 64 * d * 4
+        outputs = sum(g.numel() * g.element_size() for g in grads)
+        assert torch.cuda.max_memory_allocated() - before >= scratch + outputs     # it was there during the call
+        extra = torch.cuda.memory_allocated() - before - outputs
+        assert 0 <= extra <= _sems(b, h, nq) + 512, (b, h, nq, d, extra)        # the new semaphores only
+        kept += extra
+        del q, k, v, do, o, lse, grads
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - base == kept <= 128 * 1024
+
+
+def test_scratch_sources_give_the_same_bits():
+    """The dQ accumulators from torch's allocator (torch tensors), a staging buffer (host arrays)
+    and the scratch shared per stream (a DLPack array of no known framework): the same bits."""
     import numpy as np
     import torch
+    from hkjit import launch
+
+    class Foreign:
+        """A CUDA array hkjit knows only through DLPack."""
+        def __init__(self, t):
+            self.t, self.shape = t, tuple(t.shape)
+
+        def __dlpack__(self, **kw):
+            return self.t.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
     q, k, v, do = _inputs(2, 8, 2, 700, 450, 128, "float16")
     o, lse = hkjit.attention(q, k, v, return_lse=True, causal=True)
     want = hkjit.attention_backward(do, q, k, v, o, lse, causal=True)
     torch.cuda.synchronize()
-    got = hkjit.attention_backward(*(x.cpu().numpy() for x in (do, q, k, v, o, lse)), causal=True, device="cuda:0")
-    assert all(isinstance(g, np.ndarray) for g in got)
-    for name, g, w in zip(("dq", "dk", "dv"), got, want):
-        assert np.array_equal(g, w.cpu().numpy()), f"{name} differs from the torch call's"
+    host = [x.cpu().numpy() for x in (do, q, k, v, o, lse)]
+    staged = hkjit.attention_backward(*host, causal=True, device="cuda:0")
+    assert all(isinstance(g, np.ndarray) for g in staged)
+    assert all(np.array_equal(g, w.cpu().numpy()) for g, w in zip(staged, want)), "staged scratch differs"
+    shared = hkjit.attention_backward(*(Foreign(x) for x in (do, q, k, v, o, lse)), causal=True)
+    torch.cuda.synchronize()
+    assert all(torch.equal(g, w) for g, w in zip(shared, want)), "shared scratch differs"
+    held, _ = launch.shared_scratch()[("cuda", 0, 0)]
+    assert held >= 2 * 8 * 11 * 64 * 128 * 4
+
+
+def test_cuda_graph_capture_and_replay_of_the_backward():
+    """attention_backward captured in a CUDA graph (warm-up on the capture stream first, as
+    torch.cuda.graphs documents; its scratch then comes from the graph's pool), replayed with new
+    inputs: the same bits as eager calls; a second graph captured without a warm-up on its stream
+    (semaphores made, and zeroed, inside the capture) replays as well."""
+    import torch
+    q, k, v, do = _inputs(1, 8, 2, 1000, 777, 128)
+    o, lse = hkjit.attention(q, k, v, return_lse=True, causal=True)
+
+    def step():
+        return hkjit.attention_backward(do, q, k, v, o, lse, causal=True)
+    step()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph, fresh = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        outs = step()
+    with torch.cuda.graph(fresh, stream=torch.cuda.Stream()):
+        outs_fresh = step()
+    for _ in range(2):
+        for t in (q, k, v, do):
+            t.copy_(torch.randn_like(t))
+        o2, lse2 = hkjit.attention(q, k, v, return_lse=True, causal=True)
+        o.copy_(o2)
+        lse.copy_(lse2)
+        for x in outs + outs_fresh:
+            x.fill_(float("nan"))
+        graph.replay()
+        fresh.replay()
+        torch.cuda.synchronize()
+        want = step()
+        assert all(torch.equal(a, b) for a, b in zip(outs, want)), "replay differs from eager"
+        assert all(torch.equal(a, b) for a, b in zip(outs_fresh, want)), "second graph's replay differs"

@@ -138,7 +138,8 @@ def test_dq_warp_refusals():
 def test_args_layout():
     assert ctypes.sizeof(BackwardArgs) == 368      # attention_bwd_hopper.cuh static_asserts the same
     assert BackwardArgs.q_sb.offset == 96 and BackwardArgs.batch.offset == 336 and BackwardArgs.scale.offset == 360
-    assert ctypes.sizeof(B.WorkspaceArgs) == 384 and B.WorkspaceArgs.workspace.offset == 368
+    assert ctypes.sizeof(B.WorkspaceArgs) == 392 and B.WorkspaceArgs.semaphores.offset == 368
+    assert B.WorkspaceArgs.dq_accum.offset == 376 and B.WorkspaceArgs.q_blocks.offset == 384
 
 
 def test_default_table_and_limits():
@@ -150,7 +151,8 @@ def test_default_table_and_limits():
     assert B.DKDV.dynamic_smem(dkdv) == (1024 + 2 * 2 * 64 * 128 * 2 + 2 * 128 * 128 * 2 + 2 * 128 * 64 * 2
                                          + 2 * 64 * 128 * 4 + 2 * (2 * 64 * 4 + 8) + 8 * 8)
     sems = (2 * 8 * 16 * 4 + 255) // 256 * 256          # 16 query blocks of 64 rows
-    assert B.DKDV.workspace(dkdv, p) == (sems + 2 * 8 * 16 * 64 * 128 * 4, sems)
+    assert B.DKDV.workspace(dkdv, p) == (sems, sems, 2 * 8 * 16 * 64 * 128 * 4)   # semaphores kept; dQ scratch
+    assert B.DQ.workspace(dq, p) == (0, 0, 0)
     with pytest.raises(InvalidArgumentError, match="exceeds the 232448 bytes"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=3))
     with pytest.raises(InvalidArgumentError, match="valid choices: 64"):
@@ -177,8 +179,13 @@ def test_fill_checks_alignment_and_packs():
     with pytest.raises(InvalidArgumentError, match="writes dq"):
         B.DKDV.fill(cfg, **kw)
     kw = dict(kw, dq=262144, workspace=1 << 20)
+    with pytest.raises(InvalidArgumentError, match="needs its dQ accumulators"):
+        B.DKDV.fill(cfg, **kw)
+    with pytest.raises(InvalidArgumentError, match="needs its semaphores"):
+        B.DKDV.fill(cfg, **{**kw, "workspace": 0, "scratch": 1 << 21})
+    kw = dict(kw, scratch=1 << 22)
     w = B.DKDV.fill(cfg, **kw)
-    assert w.workspace == 1 << 20 and w.q_blocks == 1
+    assert w.semaphores == 1 << 20 and w.dq_accum == 1 << 22 and w.q_blocks == 1
     a = w.a
     assert a.dk == 65536 and a.do_sr == 64 and a.lse_sr == 1 and abs(a.scale_log2 - 0.125 * 1.4426950408889634) < 1e-6
     with pytest.raises(InvalidArgumentError, match="do's base pointer"):

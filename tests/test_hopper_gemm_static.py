@@ -76,6 +76,7 @@ def test_args_layout_matches_cpp():
     assert hg.Args.a_map.offset == 0 and hg.Args.b_map.offset == 128 and hg.Args.c_map.offset == 256
     assert hg.Args.a.offset == 384 and hg.Args.a_stride_m.offset == 424
     assert hg.Args.M.offset == 472 and hg.Args.alpha.offset == 484 and hg.Args.workspace.offset == 496
+    assert hg.Args.partials.offset == 504
     src = open(os.path.join(ROOT, "kernel_sources", "gemm_hopper.cuh")).read()
     assert "sizeof(args) == 512" in src
 
@@ -91,6 +92,8 @@ def test_defaults_and_resources():
     assert (small["block_n"], small["split_k"]) == (64, 2)          # split-K rule: one wave of K-slices
     assert hg.grid(16, 4096, 4096, small, SMS) == (128, 1, 1)
     assert hg.workspace_bytes(16, 4096, small) == 256 + 64 * 2 * 64 * 64 * 4
+    assert hg.workspace(small, dict(m=16, n=4096)) == (256, 256, 64 * 2 * 64 * 64 * 4)   # counters kept; scratch
+    assert hg.workspace(cfg, dict(m=8192, n=8192)) == (0, 0, 0)
     assert hg.choose_config(64, 8192, 512, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
     assert hg.choose_config(64, 4096, 14336, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
     assert hg.choose_config(128, 8192, 8192, True, False, "bfloat16", "bfloat16", SMS, {})["split_k"] == 1
@@ -157,6 +160,14 @@ def test_make_args_uses_tensor_map_encoder():
     assert calls[1] == (0x20000, (8192, 8192), 16384, (64, 64), 128)      # B: N-major box 64 x BK
     raw = bytes(g)
     assert raw[:128] == bytes(range(128)) and g.M == 8192 and g.alpha == 2.0
+    assert not g.workspace and not g.partials          # c_void_p reads NULL as None
+    small = hg.choose_config(16, 4096, 4096, True, False, "bfloat16", "bfloat16", SMS, {})
+    args = ((16, 4096), (4096, 1), 0x20000, (4096, 4096), (4096, 1), 0x30000, (4096, 1))
+    with pytest.raises(InvalidArgumentError, match="split_k=2 needs zeroed counters .* partials"):
+        hg.make_args(small, 0x10000, *args, encode_tensor_map=fake_encode, workspace_ptr=0x40000)
+    g = hg.make_args(small, 0x10000, *args, encode_tensor_map=fake_encode, workspace_ptr=0x40000,
+                     partials_ptr=0x80000)
+    assert (g.workspace, g.partials) == (0x40000, 0x80000)
 
 
 @needs_nvrtc

@@ -97,7 +97,7 @@ def ptrs_of(values):
 def python_block(launcher, ptrs, scalars):
     """The block the Python path packs for these pointers and scalars (the reference)."""
     names = launcher.op.array_names
-    return bytes(launcher.plan.fill(**launcher.binding.args(dict(zip(names, ptrs), workspace=0), scalars)))
+    return bytes(launcher.plan.fill(**launcher.binding.args(dict(zip(names, ptrs), workspace=0, scratch=0), scalars)))
 
 
 def register(table, op, values, scalars, options, target, made=None):

@@ -53,7 +53,8 @@ def inputs(shape, dtype, kind="normal"):
 def run_checked(x, k, arch, launches=1, **tiles):
     lead = x.shape[:-1]
     ref_v, ref_i = reference(x, k)
-    for _ in range(launches):       # split rows leave their workspace counters at zero for the next launch
+    for _ in range(launches):       # split rows leave their workspace counters at zero for the next launch,
+        #                             and each launch gets its survivor lists as scratch (a staging buffer)
         values = np.full(lead + (k,), np.nan, x.dtype)
         indices = np.full(lead + (k,), -1, np.int64)
         got = hkjit.topk(x, k, out_values=values, out_indices=indices, device=f"sim:{arch}", **tiles)
@@ -201,7 +202,7 @@ def test_no_generic_lambdas_in_device_code():
 def test_args_layout_matches_the_documented_contract():
     from hkjit.ops.topk import Args
     offsets = [getattr(Args, f).offset for f, _ in Args._fields_]
-    assert offsets == [0, 8, 16, 24, 32, 40, 48, 56, 60, 64] and ctypes.sizeof(Args) == 72
+    assert offsets == [0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72] and ctypes.sizeof(Args) == 80
 
 
 # --- on the GPU --------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def build_call(M, N, K, a, b, c, out_dt, overrides, num_sms, bias=None, cin=None
                         bias_ptr=bias.data_ptr() if bias is not None else None,
                         c_in_ptr=cin.data_ptr() if cin is not None else None,
                         c_in_strides=(cin.stride(0), 1) if cin is not None else None, alpha=alpha, beta=beta,
-                        workspace_ptr=ws)
+                        workspace_ptr=ws, partials_ptr=ws and ws + hg.workspace_counter_bytes(M, N, cfg))
     stream = torch.cuda.current_stream().cuda_stream
     return cfg, k, k.prepare(M, N, K, args, num_sms, stream)
 
@@ -149,8 +149,8 @@ _WS: dict = {}
 
 
 def workspace(cfg, M, N):
-    """Split-K workspace, zeroed once and then reused by every launch of that config and shape, as
-    hkjit.gemm does: a wrong counter reset shows up as a wrong second result."""
+    """Split-K counters (then the partials, in one buffer here), zeroed once and then reused by
+    every launch of that config and shape, as hkjit.gemm does its counters: a wrong counter reset shows up as a wrong second result."""
     import torch
     nbytes = hg.workspace_bytes(M, N, cfg)
     if not nbytes:

@@ -12,7 +12,8 @@ later eager call of the same signature reuses it). The argument struct is filled
 custom call carries the struct, those places and the launch geometry as attributes, and the C
 handler (xla_ffi.c, built by hostcc against jax.ffi.include_dir()) writes XLA's buffers into a copy
 and calls cuLaunchKernel on XLA's stream: no synchronisation, outputs allocated by XLA, a workspace
-as one more (scratch) result zeroed where the kernel needs it.
+as one more (scratch) result zeroed where the kernel needs it, and scratch as one more after it
+(XLA allocates both per call, stream-ordered, so nothing is held between calls).
 
 Limits: NVIDIA GPUs (the handler is registered for CUDA); out= cannot be given (JAX arrays are
 immutable); run-time scalars (eps, alpha, scale) must be Python numbers (they are baked into the
@@ -61,22 +62,23 @@ def call(op, values, scalars=(), options=(), device=None, compiler=None, tiles=N
         raise InvalidArgumentError(f"{op.name}: these arrays need aligned copies, which jax.jit calls do not make")
     launch._check_scalars(op, scalars)
 
-    # Buffers: operands (the arrays given, in order), then outputs, then the workspace.
+    # Buffers: operands (the arrays given, in order), then outputs, then the workspace and the scratch.
     operands = [i for i, v in enumerate(values) if v is not None]
     outputs = list(binding.outputs)
     buffer_of = {i: k for k, i in enumerate(operands)}
     buffer_of.update({names.index(n): len(operands) + k for k, n in enumerate(outputs)})
-    ws_slot = len(names)
-    if plan.workspace_bytes:
-        buffer_of[ws_slot] = len(operands) + len(outputs)
-    ptrs = tuple(_FAKE_BASE * (i + 1) if i in buffer_of else 0 for i in range(len(names) + 1))
+    ws_slot, scratch_slot = len(names), len(names) + 1
+    extra = [(slot, n) for slot, n in ((ws_slot, plan.workspace_bytes), (scratch_slot, plan.scratch_bytes)) if n]
+    for slot, _ in extra:
+        buffer_of[slot] = len(buffer_of)
+    ptrs = tuple(_FAKE_BASE * (i + 1) if i in buffer_of else 0 for i in range(len(names) + 2))
 
     def fill(ptrs, scalars) -> bytes:
-        named = dict(zip(names, ptrs[:-1]), workspace=ptrs[-1])
+        named = dict(zip(names, ptrs[:-2]), workspace=ptrs[-2], scratch=ptrs[-1])
         return bytes(plan.fill(**binding.args(named, scalars)))
     from ..runtime import cuda
     block, patches, mask = native.measure(fill, ptrs, tuple(scalars), plan.args_type, cuda.replace_tensor_map_address)
-    missing = [(names + ("workspace",))[i] for i in buffer_of if not mask >> i & 1]
+    missing = [(names + ("workspace", "scratch"))[i] for i in buffer_of if not mask >> i & 1]
     if missing:
         raise InvalidArgumentError(f"{op.name}: the kernel's argument block does not hold {', '.join(missing)} "
                                    "where a pointer can be written at run time, so it cannot run inside jax.jit")
@@ -87,8 +89,7 @@ def call(op, values, scalars=(), options=(), device=None, compiler=None, tiles=N
 
     _register(jax)
     result_types = [jax.ShapeDtypeStruct(shape, interop.numpy_dtype(dt)) for shape, dt in binding.outputs.values()]
-    if plan.workspace_bytes:
-        result_types.append(jax.ShapeDtypeStruct((plan.workspace_bytes,), np.uint8))
+    result_types += [jax.ShapeDtypeStruct((n,), np.uint8) for _, n in extra]
     # Signed views of the same bits: MLIR's dense array attributes have no unsigned element types.
     results = jax.ffi.ffi_call(TARGET, result_types)(
         *(values[i] for i in operands), launch=np.array(geometry, np.uint64).view(np.int64),

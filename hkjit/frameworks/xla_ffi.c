@@ -9,7 +9,8 @@
  *   patches  u64[4n]: (kind, buffer index, offset, addend): where each buffer's pointer goes;
  *            kind 0 writes pointer + addend as 8 bytes, kind 1 points the 128-byte CUtensorMap
  *            at the offset at it (cuTensorMapReplaceAddress)
- * Buffers are the call's operands, then its results (the last result is the workspace, if any).
+ * Buffers are the call's operands, then its results (the last ones: the workspace, then the scratch,
+ * where the kernel has them; XLA allocates both per call).
  * Every buffer must be 16-byte aligned: the kernel was bound (vector widths, TMA) for that.
  *
  * Driver functions come from hkjit's own libcuda handle (hkjit_xla_init): the same library, so

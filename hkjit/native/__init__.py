@@ -190,8 +190,8 @@ def remember(table, op, values: tuple, options, scalars: tuple, ptrs: tuple, lau
     """Register the call `values` (None where an output was allocated: `made` maps its slot to the
     tensor allocated this time) whose block holds `ptrs`. False where the call cannot go native."""
     plan, kernel = launcher.plan, launcher.kernel
-    if plan.workspace_bytes or not isinstance(getattr(kernel, "function", None), int):
-        return False                     # per-stream workspaces stay on the Python path
+    if plan.workspace_bytes or plan.scratch_bytes or not isinstance(getattr(kernel, "function", None), int):
+        return False                     # per-stream workspaces and per-call scratch stay on the Python path
     device = launcher.device
     recipe = getattr(launcher, "native", None)
     if recipe is None:

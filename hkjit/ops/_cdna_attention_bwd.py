@@ -104,7 +104,7 @@ class Kernel:
         return (3 if self.name == "dq" else 2) * one
 
     def fill(self, cfg, *, q, k, v, o, d_o, lse, delta, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, heads,
-             kv_heads, n_q, n_k, scale, workspace=0, **strides) -> Args:
+             kv_heads, n_q, n_k, scale, workspace=0, scratch=0, **strides) -> Args:
         lb = cfg["load_bytes"]
         for name in ("q", "k", "v", "o", "do"):
             ptr = {"q": q, "k": k, "v": v, "o": o, "do": d_o}[name]

@@ -317,6 +317,7 @@ def workspace(cfg, p) -> tuple:
     return 0, 0
 
 
-def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace) -> Args:
+def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace,
+         scratch=0) -> Args:
     return make_args(cfg, a, a_strides, b, b_strides, out, (ldc, 1), m, n, k, bias_ptr=bias, cin_ptr=c,
                      cin_strides=(ldc_in, 1), alpha=alpha, beta=beta)

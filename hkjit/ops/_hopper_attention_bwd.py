@@ -6,7 +6,7 @@ objects; the op names stay the CDNA half's):
 | launch | kernel                      | block                                 | shared memory (stages 2) |
 |--------|-----------------------------|---------------------------------------|--------------------------|
 | dq     | attention_bwd_prep_hopper   | 128 query rows: Delta, dQ of rows that see no key | 0 |
-| dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through an fp32 workspace | D64 129 KiB, D128 226 KiB |
+| dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through fp32 scratch | D64 129 KiB, D128 226 KiB |
 
 Overrides (dkdv): `block_q` (64 only: dQ is added one 64-row block at a time) and `dkdv_stages` (2 to
 4; D128 fits 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
@@ -22,9 +22,12 @@ read it. Measured on H100: MHA 5-22% faster, GQA (8 query heads a KV head) 13% s
 30-45% slower. The producer keeps 56 registers (at 40 or 24 ptxas spills). Refused before compiling:
 other values, load_warps other than 4 without dq_warp.
 
-Workspace (dkdv, per stream): one int semaphore per (batch, head, 64-row query block), padded to 256
-bytes, zero before the first launch and left zero by every launch; then one 64 x head_dim fp32 dQ
-accumulator per query block (varlen: sized by the longest sequence).
+Device memory (dkdv; varlen: sized by the longest sequence):
+- workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
+  block), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
+  B16 H64 N16384);
+- scratch, per call: one 64 x head_dim fp32 dQ accumulator per query block, written before it is
+  read (8 GiB at B16 H64 N16384 D128), so nothing of it is held between calls (hkjit/op.py Plan).
 """
 
 import ctypes
@@ -49,9 +52,10 @@ _LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the produc
 
 
 class WorkspaceArgs(ctypes.Structure):
-    """Mirror of hkjit_attn_hopper::bwd_ws_args: the common block, the workspace, its query blocks."""
-    _fields_ = [("a", BackwardArgs), ("workspace", ctypes.c_void_p), ("q_blocks", ctypes.c_int),
-                ("unused", ctypes.c_int)]
+    """Mirror of hkjit_attn_hopper::bwd_ws_args: the common block, the semaphores (workspace), the dQ
+    accumulators (scratch), the query blocks per (batch, head) both were sized for."""
+    _fields_ = [("a", BackwardArgs), ("semaphores", ctypes.c_void_p), ("dq_accum", ctypes.c_void_p),
+                ("q_blocks", ctypes.c_int), ("unused", ctypes.c_int)]
 
 
 def _err(msg):
@@ -141,7 +145,7 @@ class Prep(_Base):
         return (math.ceil(p["n_q"] / PREP_ROWS), p["heads"], p["batch"])
 
     def workspace(self, cfg, p) -> tuple:
-        return 0, 0
+        return 0, 0, 0
 
     def fill(self, cfg, **arguments) -> BackwardArgs:
         _check_pointers(cfg, arguments, ("o", "do"), ("dq",))
@@ -212,17 +216,19 @@ class Main(_Base):
         return math.ceil(p["n_q"] / BLOCK_Q)
 
     def workspace(self, cfg, p) -> tuple:
-        """(bytes, leading bytes that must start zeroed): the semaphores, then the dQ accumulators."""
+        """(workspace bytes, of them zeroed, scratch bytes): the semaphores (all zeroed) and the dQ
+        accumulators."""
         slots = p["batch"] * p["heads"] * self.q_blocks(p)
         sems = (slots * 4 + 255) // 256 * 256
-        return sems + slots * 64 * cfg["head_dim"] * 4, sems
+        return sems, sems, slots * BLOCK_Q * cfg["head_dim"] * 4
 
     def fill(self, cfg, **arguments) -> WorkspaceArgs:
         _check_pointers(cfg, arguments, ("q", "k", "v", "do"), ("dq", "dk", "dv"))
-        if not arguments.get("workspace"):
-            _err("attention backward: the sm_90a dkdv kernel needs its workspace")
+        for name, what in (("workspace", "semaphores (its workspace)"), ("scratch", "dQ accumulators (its scratch)")):
+            if not arguments.get(name):
+                _err(f"attention backward: the sm_90a dkdv kernel needs its {what}")
         qb = self.q_blocks(arguments)
-        return WorkspaceArgs(pack_backward(**arguments), int(arguments["workspace"]), qb, 0)
+        return WorkspaceArgs(pack_backward(**arguments), int(arguments["workspace"]), int(arguments["scratch"]), qb, 0)
 
 
 DQ = Prep()

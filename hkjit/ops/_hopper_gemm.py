@@ -89,22 +89,27 @@ def dynamic_smem(cfg) -> int:
 
 
 def workspace_bytes(M, N, cfg) -> int:
-    """Device workspace a split-K config needs (0 without split-K): one u32 counter per (tile,
-    consumer), padded to 256 bytes, then one fp32 block_m x block_n partial per (tile, K-slice).
-    The counters must be zero before the first launch; every launch leaves them zero. One workspace
-    serves one stream at a time (launches on one stream are ordered)."""
-    split = cfg.get("split_k", 1)
-    if split <= 1:
+    """Device memory a split-K config needs (0 without split-K), as one buffer: the counters
+    (`workspace_counter_bytes`), then the partials (`partials_bytes`). hkjit.gemm keeps the
+    counters per stream (the plan's workspace: zero before the first launch, every launch leaves
+    them zero) and gives each call its partials (the plan's scratch: written before they are read)."""
+    if cfg.get("split_k", 1) <= 1:
         return 0
-    tiles = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"])
-    counters = _cdiv(tiles * cfg["consumers"] * 4, 256) * 256
-    return counters + tiles * split * cfg["block_m"] * cfg["block_n"] * 4
+    return workspace_counter_bytes(M, N, cfg) + partials_bytes(M, N, cfg)
 
 
 def workspace_counter_bytes(M, N, cfg) -> int:
-    """The leading part of the workspace that must be zeroed once (the counters)."""
+    """One u32 counter per (tile, consumer), padded to 256 bytes."""
     tiles = _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"])
     return _cdiv(tiles * cfg["consumers"] * 4, 256) * 256
+
+
+def partials_bytes(M, N, cfg) -> int:
+    """One fp32 block_m x block_n partial per (tile, K-slice) (0 without split-K)."""
+    split = cfg.get("split_k", 1)
+    if split <= 1:
+        return 0
+    return _cdiv(M, cfg["block_m"]) * _cdiv(N, cfg["block_n"]) * split * cfg["block_m"] * cfg["block_n"] * 4
 
 
 def consumer_regs(consumers: int, all_tma: bool = True) -> int:
@@ -354,8 +359,8 @@ class Args(ctypes.Structure):
         ("K", ctypes.c_int),
         ("alpha", ctypes.c_float),        # 484
         ("beta", ctypes.c_float),
-        ("workspace", ctypes.c_void_p),   # 496 (split-K only)
-        ("_pad", ctypes.c_char * 8),      # struct is alignas(64): 504 -> 512
+        ("workspace", ctypes.c_void_p),   # 496 (split-K only: the counters)
+        ("partials", ctypes.c_void_p),    # 504 (split-K only: the scratch); struct is alignas(64): 512
     ]
 
 
@@ -411,7 +416,7 @@ _ARGS_CACHE: dict = {}
 
 def make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, c_strides,
               bias_ptr=None, c_in_ptr=None, c_in_strides=None, alpha=1.0, beta=0.0,
-              encode_tensor_map=encode_tensor_map, workspace_ptr=0) -> Args:
+              encode_tensor_map=encode_tensor_map, workspace_ptr=0, partials_ptr=0) -> Args:
     """Fill Args. a_shape = (M, K), b_shape = (K, N); strides in elements, in the same axis order;
     c_strides = (ldc, 1) (the output's columns must be contiguous).
 
@@ -419,17 +424,17 @@ def make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, 
     read-only."""
     key = (tuple(cfg.items()), a_ptr, tuple(a_shape), tuple(a_strides), b_ptr, tuple(b_shape), tuple(b_strides),
            c_ptr, tuple(c_strides), bias_ptr, c_in_ptr, tuple(c_in_strides) if c_in_strides else None,
-           float(alpha), float(beta), encode_tensor_map, workspace_ptr)
+           float(alpha), float(beta), encode_tensor_map, workspace_ptr, partials_ptr)
     hit = _ARGS_CACHE.get(key)
     if hit is not None:
         return hit
     g = _make_args(cfg, a_ptr, a_shape, a_strides, b_ptr, b_shape, b_strides, c_ptr, c_strides,
                    bias_ptr, c_in_ptr, c_in_strides, alpha, beta, encode_tensor_map)
     if cfg.get("split_k", 1) > 1:
-        if not workspace_ptr:
-            raise InvalidArgumentError(f"split_k={cfg['split_k']} needs a device workspace of "
-                                       f"workspace_bytes(M, N, cfg) bytes with zeroed counters")
-        g.workspace = workspace_ptr
+        if not workspace_ptr or not partials_ptr:
+            raise InvalidArgumentError(f"split_k={cfg['split_k']} needs zeroed counters (workspace_counter_bytes) "
+                                       "and room for the partials (partials_bytes)")
+        g.workspace, g.partials = workspace_ptr, partials_ptr
     if len(_ARGS_CACHE) >= _TMAP_CACHE_MAX:
         _ARGS_CACHE.clear()
     _ARGS_CACHE[key] = g
@@ -507,12 +512,15 @@ def launch_grid(cfg, p) -> tuple:
 
 
 def workspace(cfg, p) -> tuple:
-    """(bytes, leading bytes to zero once) of the device workspace (split-K only)."""
+    """(workspace bytes, of them zeroed, scratch bytes) of a launch (split-K only): the counters,
+    kept and zeroed, and the partials, per call."""
     if cfg["split_k"] <= 1:
-        return 0, 0
-    return workspace_bytes(p["m"], p["n"], cfg), workspace_counter_bytes(p["m"], p["n"], cfg)
+        return 0, 0, 0
+    counters = workspace_counter_bytes(p["m"], p["n"], cfg)
+    return counters, counters, partials_bytes(p["m"], p["n"], cfg)
 
 
-def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace) -> Args:
+def fill(cfg, *, a, b, out, bias, c, a_strides, b_strides, ldc, ldc_in, m, n, k, alpha, beta, workspace,
+         scratch=0) -> Args:
     return make_args(cfg, a, (m, k), a_strides, b, (k, n), b_strides, out, (ldc, 1), bias, c, (ldc_in, 1),
-                     alpha, beta, workspace_ptr=workspace)
+                     alpha, beta, workspace_ptr=workspace, partials_ptr=scratch)

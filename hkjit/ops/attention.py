@@ -11,7 +11,8 @@ O = 0 and LSE = -inf. LSE (fp32, natural log of the sum of exp of the scaled sco
 ## The contract between this module and the per-arch kernel modules
 Each kernel has a per-arch module with the GEMM's per-arch interface (hkjit/ops/gemm.py): `TILES`,
 `SOURCE`, `configure(target, p, tiles) -> Config`, `template_params(cfg)`, `kernel_type(cfg)`,
-`threads(cfg)`, `dynamic_smem(cfg)`, `checks(cfg)`, `launch_grid(cfg, p)`, `workspace(cfg, p)`,
+`threads(cfg)`, `dynamic_smem(cfg)`, `checks(cfg)`, `launch_grid(cfg, p)`, `workspace(cfg, p)` (the
+plan's workspace bytes, of them zeroed, and optionally scratch bytes: hkjit/op.py Plan),
 `Args` and `fill(cfg, **kernel arguments) -> Args`; a module whose argument block depends on the
 configuration also offers `args_type(cfg)`, which the plan takes instead of `Args`. Forward:
 `_cdna_attention_fwd` (gfx942, gfx950) and `_hopper_attention_fwd` (sm_90a), picked by
@@ -35,7 +36,7 @@ offers, for each of its kernels, the GEMM's per-arch interface (`TILES`, `SOURCE
 `Args`, `fill`) and names the kernels `DQ` and `DKDV` (objects or modules). `fill(cfg, *, q, k, v,
 o, d_o, lse, delta, dq, dk, dv, q_strides, k_strides, v_strides, o_strides, do_strides,
 lse_strides, delta_strides, dq_strides, dk_strides, dv_strides, cu_seqlens_q, cu_seqlens_k, batch,
-heads, kv_heads, n_q, n_k, scale, workspace)`: the forward's keywords plus d_o (the output
+heads, kv_heads, n_q, n_k, scale, workspace, scratch)`: the forward's keywords plus d_o (the output
 gradient, q's layout), o (the forward output), delta (float32, LSE's shape and strides), dq / dk /
 dv (q's / k's / v's layouts) and their strides, each (batch, head, row) in elements; `do` is `d_o`
 because `do` is a Python keyword. The DQ kernel writes delta and dq (dk, dv are 0); the DKDV kernel

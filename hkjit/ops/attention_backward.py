@@ -103,7 +103,7 @@ class AttentionBackwardOp(Op):
             return dict(q=ptrs["q"], k=ptrs["k"], v=ptrs["v"], o=ptrs["out"], d_o=ptrs["grad_out"], lse=ptrs["lse"],
                         delta=ptrs["delta"], dq=ptrs["dq"], dk=ptrs["dk"], dv=ptrs["dv"],
                         cu_seqlens_q=ptrs["cu_seqlens_q"], cu_seqlens_k=ptrs["cu_seqlens_k"], scale=float(scalars[0]),
-                        workspace=ptrs["workspace"], **sizes, **strides)
+                        workspace=ptrs["workspace"], scratch=ptrs["scratch"], **sizes, **strides)
         outputs = {}
         for name in self.output_names:
             if a[name] is None:

@@ -8,7 +8,8 @@ kernel on CDNA, and on Hopper wherever the tile rule picks the same tiles.
 Per-arch modules (`_hopper_gemm`, `_cdna_gemm`) implement one interface: `TILES`, `SOURCE`,
 `configure(target, params, tiles) -> Config`, `template_params`, `kernel_type`, `threads`,
 `dynamic_smem`, `checks` (resource formulas the C++ type must agree with), `launch_grid`,
-`workspace`, `Args` and `fill(cfg, **kernel arguments)`.
+`workspace` ((workspace bytes, of them zeroed, scratch bytes): hkjit/op.py Plan), `Args` and
+`fill(cfg, **kernel arguments)` (with `workspace` and `scratch` pointers).
 """
 
 import functools
@@ -107,9 +108,8 @@ class GemmOp(Op):
         checks = (("threads", threads), ("dynamic_smem", smem)) + mod.checks(cfg)
         spec = spec_mod.Specialization("gemm", target, mod.SOURCE, mod.kernel_type(cfg), "hkjit_gemm",
                                        spec_mod.make_params(params), checks)
-        ws_bytes, ws_zeroed = mod.workspace(cfg, p)
         return Plan(spec, cfg, threads, smem, mod.launch_grid(cfg, p), mod.Args, functools.partial(mod.fill, cfg),
-                    ws_bytes, ws_zeroed)
+                    *mod.workspace(cfg, p))
 
     def bind(self, arrays, options, device) -> Binding:
         A, B, O, Bias, C = (arrays[n] for n in self.array_names)
@@ -159,7 +159,7 @@ class GemmOp(Op):
         def args(p, scalars):
             return dict(a=p["a"], b=p["b"], out=p["out"], bias=p["bias"], c=p["c"], a_strides=a_strides,
                         b_strides=b_strides, ldc=ldc, ldc_in=ldc_in, m=M, n=N, k=K, alpha=float(scalars[0]),
-                        beta=float(scalars[1]), workspace=p["workspace"])
+                        beta=float(scalars[1]), workspace=p["workspace"], scratch=p["scratch"])
         outputs = {} if O is not None else {"out": ((M, N), DTYPES[out_dtype])}
         return Binding(request, outputs, args)
 

@@ -48,7 +48,8 @@ PART_BYTES = 64 << 10               # and into parts of about 64 KiB (re-read fr
 class Args(ctypes.Structure):
     """Mirror of topk<...>::args."""
     _fields_ = [("x", ctypes.c_void_p), ("values", ctypes.c_void_p), ("indices", ctypes.c_void_p),
-                ("workspace", ctypes.c_void_p), ("x_row_stride", ctypes.c_longlong),
+                ("workspace", ctypes.c_void_p), ("scratch", ctypes.c_void_p),
+                ("x_row_stride", ctypes.c_longlong),
                 ("values_row_stride", ctypes.c_longlong), ("indices_row_stride", ctypes.c_longlong),
                 ("rows", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int)]
 
@@ -169,11 +170,12 @@ class TopkOp(Op):
         spec = spec_mod.Specialization("topk", target, SOURCE, kernel_type, "hkjit_topk",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
-        # split rows: a counter per row (zero between launches), then each part's survivors
+        # split rows: a counter per row (zero between launches: the kept workspace) and each part's
+        # survivors (written before they are read: per-call scratch)
         counters = 4 * p["rows"] if cfg["split"] > 1 else 0
         lists = p["rows"] * cfg["split"] * 2 * MAX_K * 4 if cfg["split"] > 1 else 0
         return Plan(spec, cfg, cfg["threads"], 0, (cfg["blocks"], cfg["split"], 1), Args, _fill,
-                    counters + lists, counters)
+                    counters, counters, lists)
 
     def bind(self, arrays, options, device) -> Binding:
         X, V, I = arrays["x"], arrays["values"], arrays["indices"]
@@ -209,7 +211,7 @@ class TopkOp(Op):
 
         def args(ptrs, scalars):
             return dict(x=ptrs["x"], values=ptrs["values"], indices=ptrs["indices"], workspace=ptrs["workspace"],
-                        x_row_stride=x_stride,
+                        scratch=ptrs["scratch"], x_row_stride=x_stride,
                         values_row_stride=strides["values"], indices_row_stride=strides["indices"], rows=rows,
                         n=n, k=k)
         outputs = {}
@@ -220,9 +222,10 @@ class TopkOp(Op):
         return Binding(request, outputs, args, returns=("values", "indices"))
 
 
-def _fill(*, x, values, indices, workspace, x_row_stride, values_row_stride, indices_row_stride, rows, n,
+def _fill(*, x, values, indices, workspace, scratch, x_row_stride, values_row_stride, indices_row_stride, rows, n,
           k) -> Args:
-    return Args(x, values, indices, workspace, x_row_stride, values_row_stride, indices_row_stride, rows, n, k)
+    return Args(x, values, indices, workspace, scratch, x_row_stride, values_row_stride, indices_row_stride, rows, n,
+                k)
 
 
 TOPK = register(TopkOp())
