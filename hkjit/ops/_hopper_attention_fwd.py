@@ -7,14 +7,18 @@ is on the tensor cores; with `pingpong` the two consumers also take turns issuin
 
 | head_dim | consumers | query rows / block | block_kv | stages | pingpong | producer | shared memory |
 |----------|-----------|--------------------|----------|--------|----------|----------|---------------|
-| 64       | 2         | 128                | 128      | 3      | 1        | cpasync  | 113 KiB       |
-| 128      | 2         | 128                | 128      | 3      | 1        | cpasync  | 225 KiB       |
+| 64       | 2         | 128                | 128      | 3      | 1        | tma      | 113 KiB       |
+| 128      | 2         | 128                | 128      | 3      | 1        | tma      | 225 KiB       |
+
+The producer is "cpasync" instead wherever "tma" cannot serve the call (varlen batches; q, k, v
+pointers or strides not 16-byte aligned), unless `producer` is passed.
 
 (Measured on H100, docs/notes/attention_hopper.md: the cp.async producer 1.8x the plain-load one
 at D128 and 1.09x at D64; with it D64 at block_kv 128 runs 9-14% faster than at 64 (with the
 plain loads it had been 10-19% slower); D128 at block_kv 128 2-4% faster than at 64; ping-pong
-up to 6% (one D64 causal row 2% faster without it); a fourth stage nothing; TMA within 2%
-of cp.async in most rows (one D64 run 5% slower, one GQA row 8% faster); overlap=1 4-7% slower.)
+up to 6% (one D64 causal row 2% faster without it); a fourth stage nothing; overlap=1 4-7%
+slower. TMA against cp.async (40 / 232 registers), 13 shapes: TMA up to 9% faster (N >= 4096 at
+D128, D64), equal at N2048 and MHA N4096; one earlier GQA N2048 D128 run 6% slower, D64 GQA 2%.)
 
 Overrides: `block_kv` (64 or 128), `consumers` (1 or 2; three would leave 152 registers a
 consumer thread, and S + O alone take 128), `stages` (2 to 4: the pipeline holds stage j - 1 while
@@ -26,8 +30,9 @@ every 16-, 8- or 4-byte piece of a stage at once straight into shared memory (ro
 zero-filled, completion by one cp.async.mbarrier.arrive.noinc a thread); it serves every input
 (varlen, 4-byte rows, any strides). "tma": one thread, tensor maps over (D, n_k, kv_heads, batch)
 with the caller's strides; needs 16-byte aligned q, k, v base pointers and strides and dense (not
-varlen) batches, refused otherwise. "lsu": plain vector loads of 128 threads through registers (4
-loads in flight a thread): the earlier default, kept for comparison. Registers, producer /
+varlen) batches, refused otherwise (the default falls back to "cpasync" there). "lsu": plain
+vector loads of 128 threads through registers (4 loads in flight a thread): the earlier default,
+kept for comparison. Registers, producer /
 consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
 "lsu" 72 / 216 (producer_regs). Rejected before anything compiles, naming the limit: shared
 memory beyond the 227 KiB a block may use.
@@ -47,8 +52,8 @@ SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
 TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync"),
-             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="cpasync")}
+_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma"),
+             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma")}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
             "producer": ("lsu", "tma", "cpasync")}
 # setmaxnreg of the producer warpgroup (2 consumers). cp.async: 24 would do for NVRTC 13.5, but 13.0
@@ -106,14 +111,15 @@ def configure(target, p: dict, tiles: dict) -> Config:
     if chosen["overlap"] and chosen["stages"] < 3:
         _err(f"{where}: overlap=1 with stages={chosen['stages']}: the loop-top wait holds stages j - 2 and j - 1 while "
              "it waits for stage j, so it needs stages >= 3; pass stages=3 or 4, or overlap=0")
+    if chosen["producer"] == "tma" and "producer" not in tiles and (p["varlen"] or align % TMA_ALIGN):
+        chosen["producer"] = "cpasync"     # the default where TMA cannot serve the call (below)
     if chosen["producer"] == "tma":
         if p["varlen"]:
             _err(f"{where}: producer='tma' with cu_seqlens: TMA streams dense (batch, head) views and the packed rows "
-                 "past a sequence belong to the next one; use producer='cpasync' (the default) for varlen batches")
+                 "past a sequence belong to the next one; use producer='cpasync' for varlen batches")
         if align % TMA_ALIGN:
             _err(f"{where}: producer='tma' needs q, k and v base pointers and row strides aligned to {TMA_ALIGN} "
-                 f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync' "
-                 "(the default)")
+                 f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync'")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
                  varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
     cfg["block_q"] = 64 * cfg["consumers"]
@@ -204,8 +210,7 @@ def kv_map_shape(cfg, name, ptr, strides, kv_heads, n_k, batch) -> tuple:
     for what, st in (("row", sr), ("head", sh), ("batch", sb)):
         if st <= 0 or st * 2 % TMA_ALIGN or int(ptr) % TMA_ALIGN:
             _err(f"attention: producer='tma' needs {name}'s base pointer and {what} stride ({st} elements) to be "
-                 f"nonzero multiples of {TMA_ALIGN} bytes; pass {name}.contiguous() or use producer='cpasync' (the "
-                 "default)")
+                 f"nonzero multiples of {TMA_ALIGN} bytes; pass {name}.contiguous() or use producer='cpasync'")
     return (d, n_k, kv_heads, batch), (sr * 2, sh * 2, sb * 2), (64, cfg["block_kv"], 1, 1)
 
 

@@ -20,7 +20,7 @@ configuration also offers `args_type(cfg)`, which the plan takes instead of `Arg
 
 `p` (validated here): batch, heads, kv_heads, n_q, n_k (per-sequence lengths; the maxima when
 varlen), head_dim (64 or 128), dtype ("bfloat16" | "float16"), causal, varlen, and align (the byte
-alignment, up to 16, of q, k and v's base pointers and row strides; a module may ignore it).
+alignment, up to 16, of q, k and v's base pointers and strides; a module may ignore it).
 
 Forward `fill(cfg, *, q, k, v, o, lse, q_strides, k_strides, v_strides, o_strides, lse_strides,
 cu_seqlens_q, cu_seqlens_k, batch, heads, kv_heads, n_q, n_k, scale, workspace)`: pointers are
@@ -77,8 +77,15 @@ def arch_tiles(modules: tuple, optional: str) -> tuple:
     return tuple(dict.fromkeys(t for m in modules for t in m.TILES))
 
 
-def _alignment(ptr: int, row_stride: int) -> int:
-    x = ptr | (row_stride * 2)
+def _alignment(ptr: int, strides: tuple, extents: tuple) -> int:
+    """Byte alignment (up to 16) of every address a kernel forms from `ptr` and the (batch, head, row)
+    element strides of dims of these extents: vector loads and TMA tensor maps need the head and batch
+    strides aligned as well as the row stride. A dim of extent 1 is never stepped; a broadcast one
+    (stride 0) counts as 8-byte aligned: TMA cannot map it, vector loads can."""
+    x = ptr
+    for s, n in zip(strides, extents):
+        if n > 1:
+            x |= int(s) * 2 if s else 8
     return 16 if x == 0 else min(16, x & -x)
 
 
@@ -183,7 +190,7 @@ class AttentionOp(Op):
         Param("dtype", "dtype", "bfloat16", IN_DTYPES, "q, k, v and the output"),
         Param("causal", "bool", False, doc="bottom-right aligned causal mask"),
         Param("varlen", "bool", False, doc="packed sequences delimited by cu_seqlens"),
-        Param("align", "choice", 16, (4, 8, 16), "byte alignment of q, k, v base pointers and row strides"),
+        Param("align", "choice", 16, (4, 8, 16), "byte alignment of q, k, v base pointers and strides"),
     )
     shape_params = ("batch", "heads", "kv_heads", "n_q", "n_k", "head_dim")
     default_shape = {"batch": 16, "heads": 64, "kv_heads": 8, "n_q": 8192, "n_k": 8192, "head_dim": 128}
@@ -234,9 +241,11 @@ class AttentionOp(Op):
             lse_strides = (0, total_q, 1) if varlen else (heads * n_q, n_q, 1)
         if device is None:
             return None
-        align = min(_alignment(a.ptr, s[2]) for a, s in ((Q, q_strides), (K, k_strides), (V, v_strides)))
+        seqs = 1 if varlen else batch         # varlen: one packed (total, heads, D) array, batch stride 0
+        align = min(_alignment(a.ptr, s, (seqs, h, n)) for a, s, h, n in
+                    ((Q, q_strides, heads, n_q), (K, k_strides, kv_heads, n_k), (V, v_strides, kv_heads, n_k)))
         if align < 4:
-            raise InvalidArgumentError("attention: q, k or v has an odd base address or row stride (in elements); "
+            raise InvalidArgumentError("attention: q, k or v has an odd base address or stride (in elements); "
                                        "pass contiguous arrays")
         request = dict(batch=batch, heads=heads, kv_heads=kv_heads, n_q=n_q, n_k=n_k, head_dim=d, dtype=dtype,
                        causal=bool(options.get("causal", False)), varlen=varlen, align=align)

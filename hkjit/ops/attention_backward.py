@@ -89,11 +89,14 @@ class AttentionBackwardOp(Op):
             strides[f"{name}_strides"] = st
         if device is None:
             return None
-        align = min(_alignment(a[n].ptr, strides[f"{s}_strides"][2])
-                    for n, s in (("q", "q"), ("k", "k"), ("v", "v"), ("grad_out", "do"))
-                    + ((("out", "o"),) if self.kernel == "dq" else ()))
+        seqs = 1 if varlen else f["batch"]        # varlen: one packed array, batch stride 0
+        sq, skv = (seqs, f["heads"], f["n_q"]), (seqs, f["kv_heads"], f["n_k"])
+        align = min(_alignment(a[n].ptr, strides[f"{s}_strides"], e)
+                    for n, s, e in (("q", "q", sq), ("k", "k", skv), ("v", "v", skv), ("grad_out", "do", sq))
+                    + ((("out", "o", sq),) if self.kernel == "dq" else ()))
         if align < 4:
-            raise InvalidArgumentError("attention backward: an odd base address or row stride; pass contiguous arrays")
+            raise InvalidArgumentError("attention backward: an odd base address or stride (in elements); pass "
+                                       "contiguous arrays")
         request = dict(batch=f["batch"], heads=f["heads"], kv_heads=f["kv_heads"], n_q=f["n_q"], n_k=f["n_k"],
                        head_dim=f["head_dim"], dtype=dtype, causal=bool(options.get("causal", False)), varlen=varlen,
                        align=align)
