@@ -255,9 +255,20 @@ def test_args_layout():
     # TMA: the two 128-byte tensor maps first, then the same fields, padded to the maps' 64 bytes
     assert ctypes.sizeof(F.TmaArgs) == 512 and F.TmaArgs.v_map.offset == 128 and F.TmaArgs.q.offset == 256
     assert F.TmaArgs.batch.offset == 256 + 176 and F.TmaArgs.scale_log2.offset == 256 + 196
-    cfg = F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16),
-                      {"producer": "tma"})
-    assert F.args_type(cfg) is F.TmaArgs and F.args_type(F.configure(SM90, dict(cfg.items()), {})) is F.Args
+    p = dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16)
+    assert F.args_type(F.configure(SM90, p, {})) is F.TmaArgs                      # the default producer
+    assert F.args_type(F.configure(SM90, p, {"producer": "cpasync"})) is F.Args
+
+
+def test_default_producer_falls_back_where_tma_cannot_serve():
+    """TMA by default; cp.async for varlen batches and for inputs aligned to less than 16 bytes, where
+    an explicit producer='tma' is refused naming the fix."""
+    p = dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16)
+    assert F.configure(SM90, p, {})["producer"] == "tma"
+    for other in (dict(varlen=True), dict(align=8), dict(align=4)):
+        assert F.configure(SM90, {**p, **other}, {})["producer"] == "cpasync", other
+        with pytest.raises(InvalidArgumentError, match="producer='cpasync'"):
+            F.configure(SM90, {**p, **other}, {"producer": "tma"})
 
 
 def test_default_table_and_limits():
@@ -284,7 +295,7 @@ def test_default_table_and_limits():
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
         F.configure(parse("gfx950"), p, {})
     # the variants: defaults off, values checked, the combinations they cannot run refused
-    assert (c["overlap"], c["producer"]) == (0, "cpasync") and F.PRODUCER_REGS["lsu"] == 72
+    assert (c["overlap"], c["producer"]) == (0, "tma") and F.PRODUCER_REGS["lsu"] == 72
     assert F.consumer_regs(2, "tma") == 240 and F.consumer_regs(1, "tma") == 240
     t = F.configure(SM90, p, dict(producer="tma", overlap=1))
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
