@@ -335,6 +335,10 @@ def _launcher(op, described, options, dev, compiler, tiles, stream=None) -> Laun
         raise InvalidArgumentError(f"{op.name}: options {options!r} must be names, numbers or dtypes") from None
     if launcher is None:
         binding = op.bind(dict(zip(op.array_names, described)), options, dev)
+        undeclared = [n for n in binding.updates if n not in op.updated_names]
+        if undeclared:                 # compilers would not know the kernel writes them: an op bug
+            raise InvalidArgumentError(f"{op.name}: its kernel for {dev.target.id} writes {', '.join(undeclared)}, "
+                                       "which the op does not declare in updated_names")
         if stream is not None:
             refuse_capture(op.name, dev, stream, "bind, compile and load its kernel (a first call of this signature)")
         kernel = plan = None

@@ -265,7 +265,8 @@ class Binding(Mutable):
     the arrays the kernel cannot read in place (re-laid out first); `updates` the arrays the call
     passes that are not among the op's outputs but that this target's kernel writes as well (the
     sm_90a dK/dV kernel of the attention backward writes dq): a call on host arrays copies them back
-    as it does the outputs."""
+    as it does the outputs. They must be among the op's `updated_names` (what compilers are told,
+    for every target); the launch path refuses a binding that says otherwise."""
     __slots__ = ("request", "outputs", "args", "returns", "aligned_copies", "updates")
 
     def __init__(self, request: dict, outputs: dict, args: Callable[[dict, tuple], dict],
@@ -282,6 +283,10 @@ class Op:
     array_names: tuple = ()            # the arrays a call passes, in order (absent ones are None)
     output_names: tuple = ()           # those the kernel writes (allocated when not passed)
     inplace_names: tuple = ()          # outputs the caller must pass: updated in place, never allocated
+    updated_names: tuple = ()          # arrays a call passes, not outputs, that it may write (on some target):
+                                       # declared to compilers (torch schemas mark them mutated, jax.jit aliases
+                                       # them to a result) and returned after the outputs; `Binding.updates`
+                                       # says which this target's kernel writes
     scalar_names: tuple = ()           # run-time scalars (kernel arguments, not specialised on)
     params: tuple = ()                 # Param declarations (compile-time)
     shape_params: tuple = ()           # names of the shape params, in manifest order
@@ -333,10 +338,12 @@ class Op:
         """Op-specific lines for `hkjit inspect` (e.g. MFMAs per K-step against the tile arithmetic)."""
 
     def returns_for(self, options: dict) -> tuple:
-        """The output names a call returns, in order, whatever it passed (`Binding.returns`, said
-        before any array is seen: hkjit/frameworks builds torch.library schemas and traced calls
-        from it). Default: every output. tests/test_frameworks_torch.py checks it against bind."""
-        return self.output_names
+        """The names a call returns, in order, whatever it passed (`Binding.returns`, said before any
+        array is seen: hkjit/frameworks builds torch.library schemas and traced calls from it).
+        Default: every output, then every updated array (as passed: a traced call gets its new
+        value, which is how jax.jit hands on an aliased result). tests/test_frameworks_torch.py
+        checks it against bind."""
+        return self.output_names + self.updated_names
 
     # An op whose calls torch autograd may differentiate under torch.compile defines
     #     torch_backward(inputs, outputs, grads, scalars, options) -> {input name: gradient}

@@ -9,6 +9,7 @@ device, whose memory is host memory poisoned like fresh device memory."""
 import ctypes
 
 import numpy as np
+import pytest
 
 from hkjit import launch, targets
 from hkjit.ops._attention_args import BackwardArgs
@@ -52,12 +53,14 @@ def _view(ptr, shape, strides, dtype):
     return np.lib.stride_tricks.as_strided(flat, shape, [s * item for s in strides])
 
 
-def test_a_staged_backward_brings_back_the_dq_the_dkdv_launch_writes(monkeypatch):
-    """B2 H8/KV2, N_q 700, N_k 450, D128, fp16, causal (the H100 comparison's shape). The prep launch
-    writes Delta and the dQ rows that see no key (rows 0..249, causal bottom-right); the dK/dV launch
-    reads Delta and writes the other dQ rows, dK and dV."""
-    import hkjit
-    b, h, hkv, nq, nk, d = 2, 8, 2, 700, 450, 128
+B, H, HKV, NQ, NK, D = 2, 8, 2, 700, 450, 128      # the H100 comparison's shape
+
+
+def _stand_ins(monkeypatch) -> list:
+    """Install the device and the two kernels (names of the launches appended to the list returned).
+    The prep launch writes Delta and the dQ rows that see no key (rows 0..249, causal bottom-right);
+    the dK/dV launch reads Delta and writes the other dQ rows, dK and dV."""
+    b, h, hkv, nq, nk, d = B, H, HKV, NQ, NK, D
     dev = HostMemoryDevice()
     launched = []
 
@@ -95,15 +98,49 @@ def test_a_staged_backward_brings_back_the_dq_the_dkdv_launch_writes(monkeypatch
     monkeypatch.setattr(launch, "_launchers", {})
     monkeypatch.setattr(launch, "device_for", lambda name, arrays, device: dev)
     monkeypatch.setattr(launch.jit, "load_spec", lambda spec, *a, **k: StandIn(plans[spec.entry]))
+    return launched
+
+
+def _host_inputs():
     rng = np.random.default_rng(7)
-    q, do, o = (rng.standard_normal((b, h, nq, d)).astype(np.float16) for _ in range(3))
-    k, v = (rng.standard_normal((b, hkv, nk, d)).astype(np.float16) for _ in range(2))
-    lse = rng.standard_normal((b, h, nq)).astype(np.float32)
+    q, do, o = (rng.standard_normal((B, H, NQ, D)).astype(np.float16) for _ in range(3))
+    k, v = (rng.standard_normal((B, HKV, NK, D)).astype(np.float16) for _ in range(2))
+    return do, q, k, v, o, rng.standard_normal((B, H, NQ)).astype(np.float32)
+
+
+def test_a_staged_backward_brings_back_the_dq_the_dkdv_launch_writes(monkeypatch):
+    """B2 H8/KV2, N_q 700, N_k 450, D128, fp16, causal, on NumPy arrays: dq from both launches."""
+    import hkjit
+    launched = _stand_ins(monkeypatch)
+    do, q, k, v, o, lse = _host_inputs()
     given = np.full_like(q, np.nan)
     for out in (None, given):
         dq, dk, dv = hkjit.attention_backward(do, q, k, v, o, lse, causal=True, device="cuda:0", dq=out)
         assert launched[-2:] == ["hkjit_attention_bwd_dq", "hkjit_attention_bwd_dkdv"]
         assert all(isinstance(x, np.ndarray) for x in (dq, dk, dv)) and (out is None or dq is out)
-        assert (dq[:, :, :nq - nk] == -1).all(), "the prep launch's dq rows"
-        assert (dq[:, :, nq - nk:] == 2).all(), "the dK/dV launch's dq rows"
+        assert (dq[:, :, :NQ - NK] == -1).all(), "the prep launch's dq rows"
+        assert (dq[:, :, NQ - NK:] == 2).all(), "the dK/dV launch's dq rows"
         assert (dk == 4).all() and (dv == 5).all()
+
+
+def test_a_compiled_backward_gets_the_dq_the_dkdv_launch_writes(monkeypatch):
+    """The same call on CPU torch tensors inside torch.compile (aot_eager: functionalized, so the
+    dK/dV op runs on a copy of dq, the op's declared mutation, and the graph's dq is that copy):
+    dq holds both launches' rows, and a read of dq in the graph sees the dK/dV launch's."""
+    import hkjit
+    torch = pytest.importorskip("torch")
+    launched = _stand_ins(monkeypatch)
+    do, q, k, v, o, lse = (torch.from_numpy(x) for x in _host_inputs())
+
+    def step(do, q, k, v, o, lse):
+        dq, dk, dv = hkjit.attention_backward(do, q, k, v, o, lse, causal=True, device="cuda:0")
+        return dq, dq.float().sum(dim=(0, 1, 3)), dk, dv
+    torch._dynamo.reset()
+    try:
+        dq, row_sums, dk, dv = torch.compile(step, fullgraph=True, backend="aot_eager")(do, q, k, v, o, lse)
+    finally:
+        torch._dynamo.reset()
+    assert launched == ["hkjit_attention_bwd_dq", "hkjit_attention_bwd_dkdv"]
+    assert (dq[:, :, :NQ - NK] == -1).all() and (dq[:, :, NQ - NK:] == 2).all()
+    assert (row_sums[:NQ - NK] == -B * H * D).all() and (row_sums[NQ - NK:] == 2 * B * H * D).all()
+    assert (dk == 4).all() and (dv == 5).all()

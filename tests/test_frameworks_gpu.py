@@ -210,7 +210,9 @@ def test_jax_jit_attention_and_workspace(cache_dir):
 
 def test_jax_jit_attention_backward_scratch(cache_dir):
     """The sm_90a backward inside jax.jit: its semaphores (zeroed) and dQ accumulators (scratch)
-    are two more XLA results; the gradients equal an eager torch call's bit for bit."""
+    are two more XLA results, the dq the dK/dV kernel writes a result aliased to its operand; the
+    gradients equal an eager torch call's bit for bit, and a read of dq inside the jitted function
+    sees the dK/dV kernel's writes."""
     jax = _jax()
     jnp = jax.numpy
     rng = np.random.default_rng(9)
@@ -220,12 +222,16 @@ def test_jax_jit_attention_backward_scratch(cache_dir):
     @jax.jit
     def grads(q, k, v, do):
         o, lse = hkjit.attention(q, k, v, causal=True, return_lse=True)
-        return hkjit.attention_backward(do, q, k, v, o, lse, causal=True)
-    ours = grads(*(jnp.asarray(t, jnp.bfloat16) for t in (q, k, v, do)))
-    assert "hkjit_launch" in grads.lower(*(jnp.asarray(t, jnp.bfloat16) for t in (q, k, v, do))).as_text()
+        dq, dk, dv = hkjit.attention_backward(do, q, k, v, o, lse, causal=True)
+        return dq, dk, dv, dq.astype(jnp.float32).sum(-1)
+    *ours, row_sums = grads(*(jnp.asarray(t, jnp.bfloat16) for t in (q, k, v, do)))
+    text = grads.lower(*(jnp.asarray(t, jnp.bfloat16) for t in (q, k, v, do))).as_text()
+    assert "hkjit_launch" in text and "output_operand_aliases" in text
     tq, tk, tv, tdo = (torch.from_numpy(t).to("cuda", BF) for t in (q, k, v, do))
     o, lse = hkjit.attention(tq, tk, tv, causal=True, return_lse=True)
     want = hkjit.attention_backward(tdo, tq, tk, tv, o, lse, causal=True)
     for name, a, b in zip(("dq", "dk", "dv"), ours, want):
-        # dq: the DQ launch's result, which the dkdv kernel then writes in place (not declared to XLA)
+        # dq: the dK/dV call's result aliased to the DQ call's (hkjit/frameworks/jax_ffi.py)
         assert np.array_equal(np.asarray(jnp.asarray(a).astype(jnp.float32)), b.float().cpu().numpy()), name
+    sums = want[0].float().sum(-1).cpu().numpy()
+    assert np.allclose(np.asarray(row_sums), sums, rtol=1e-4, atol=1e-3), "a read of dq inside jax.jit"

@@ -73,20 +73,99 @@ def test_meta_tensors_give_meta_results(cache_dir, name):
     assert not (cache_dir / "entries").exists(), "shape inference compiles nothing"
 
 
+def _mutated(schema) -> list:
+    return [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
 @pytest.mark.parametrize("name", ops.names())
 def test_every_op_registers_both_forms(name):
     """hkjit::<op> (outputs allocated) and hkjit::<op>.into (outputs given: declared mutated), one
-    returned tensor per output name; returns_for names only outputs."""
+    returned tensor per output name; the arrays an op updates (updated_names) declared mutated in
+    both; returns_for names only outputs and updated arrays."""
     op = ops.get(name)
     torch_ops.ensure(name)
     packet = getattr(torch.ops.hkjit, name)
     functional, into = packet.default._schema, packet.into._schema
-    assert not functional.is_mutable and into.is_mutable
+    assert functional.is_mutable == bool(op.updated_names) and into.is_mutable
     assert len(functional.returns) == len(into.returns) == len(op.output_names)
-    mutated = [a.name for a in into.arguments if a.alias_info is not None and a.alias_info.is_write]
-    assert mutated == [n for n in op.array_names if n in op.output_names]
+    assert all(r.alias_info is None for r in functional.returns + into.returns), "returns never alias"
+    assert _mutated(functional) == [n for n in op.array_names if n in op.updated_names]
+    assert _mutated(into) == [n for n in op.array_names if n in op.output_names or n in op.updated_names]
+    assert not set(op.updated_names) & set(op.output_names)
     for options in ({}, {"return_lse": True}):
-        assert set(op.returns_for(options)) <= set(op.output_names)
+        assert set(op.returns_for(options)) <= set(op.output_names + op.updated_names)
+
+
+def test_the_sm90a_dkdv_op_declares_the_dq_it_writes():
+    """attention_bwd_dkdv's sm_90a kernel writes dq, an input of the op: the schema says dq is
+    mutated (the op's updated_names, for every target), and every target's binding writes no
+    array beyond its outputs and those (host calls copy Binding.updates back)."""
+    from hkjit import interop, targets
+    from hkjit.ops.attention_backward import ARRAYS, DKDV_OP
+    from test_attention_backward_staged import HostMemoryDevice
+    assert DKDV_OP.updated_names == ("dq",) and ops.get("attention_bwd_dq").updated_names == ()
+    torch_ops.ensure("attention_bwd_dkdv")
+    assert "Tensor(a!)? dq" in str(torch.ops.hkjit.attention_bwd_dkdv.default._schema)
+    arrays = dict.fromkeys(ARRAYS)
+    arrays.update(q=torch.randn(1, 4, 100, 64).to(BF), k=torch.randn(1, 2, 90, 64).to(BF),
+                  grad_out=torch.randn(1, 4, 100, 64).to(BF), delta=torch.randn(1, 4, 100))
+    arrays.update(v=torch.randn(1, 2, 90, 64).to(BF), lse=torch.randn(1, 4, 100), dq=torch.empty(1, 4, 100, 64).to(BF))
+    described = {n: None if a is None else interop.describe(a) for n, a in arrays.items()}
+    for target in ("sm_90a", "gfx942", "gfx950"):
+        dev = HostMemoryDevice()
+        dev.target = targets.parse(target)
+        binding = DKDV_OP.bind(described, {"causal": True, "layout": "bhnd"}, dev)
+        assert set(binding.updates) <= set(DKDV_OP.updated_names), target
+        assert binding.updates == (("dq",) if target == "sm_90a" else ()), target
+        assert binding.returns == ("dk", "dv", "dq") == DKDV_OP.returns_for({})
+
+
+def test_a_compiled_graph_reads_dq_after_the_dkdv_call_writes_it():
+    """torch.compile of the backward on meta tensors, functionalized (AOTAutograd): the dK/dV call
+    is an auto_functionalized op over dq, and a later read of dq reads its result, so no compiler
+    may move that read before the call (with dq undeclared it read the dQ call's result)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def step(do, q, k, v, o, lse):
+        dq, dk, dv = hkjit.attention_backward(do, q, k, v, o, lse, causal=True)
+        return dq.float() * 2, dk, dv
+    torch._dynamo.reset()
+    args = (meta(1, 4, 100, 64), meta(1, 4, 100, 64), meta(1, 2, 90, 64), meta(1, 2, 90, 64), meta(1, 4, 100, 64),
+            meta(1, 4, 100, dtype=torch.float32))
+    got = torch.compile(step, fullgraph=True, backend=aot_autograd(fw_compiler=keep))(*args)
+    assert [tuple(t.shape) for t in got] == [(1, 4, 100, 64), (1, 2, 90, 64), (1, 2, 90, 64)]
+    nodes = list(graphs[0].graph.nodes)
+    read = next(n for n in nodes if n.target == torch.ops.aten._to_copy.default)
+    source = read.args[0].args[0]             # the call whose result (a getitem of it) is read
+    assert source.target in (torch.ops.higher_order.auto_functionalized,
+                             getattr(torch.ops.higher_order, "auto_functionalized_v2", None))
+    assert source.args[0] == torch.ops.hkjit.attention_bwd_dkdv.default
+    assert nodes.index(source) < nodes.index(read)
+
+
+def test_a_binding_that_writes_an_undeclared_array_is_refused(monkeypatch):
+    """An op whose binding says its kernel writes an input the op does not declare (updated_names)
+    is an op bug: compilers would not know; the launch path refuses it before compiling."""
+    from hkjit import interop, runtime
+    rms = ops.get("rms_norm")
+    real_bind = type(rms).bind
+
+    def bind(self, arrays, options, device):
+        b = real_bind(self, arrays, options, device)
+        if b is not None:
+            b.updates = ("weight",)
+        return b
+    monkeypatch.setattr(type(rms), "bind", bind)
+    monkeypatch.setattr(launch, "_launchers", {})
+    x, w = interop.describe(torch.randn(4, 64).to(BF)), interop.describe(torch.randn(64).to(BF))
+    with pytest.raises(InvalidArgumentError, match="does not declare in updated_names"):
+        launch._launcher(rms, (x, w, None), {}, runtime.from_string("sim:gfx950"), None, {})
 
 
 def test_first_registration_registers_every_op():

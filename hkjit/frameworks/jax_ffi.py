@@ -13,7 +13,9 @@ custom call carries the struct, those places and the launch geometry as attribut
 handler (xla_ffi.c, built by hostcc against jax.ffi.include_dir()) writes XLA's buffers into a copy
 and calls cuLaunchKernel on XLA's stream: no synchronisation, outputs allocated by XLA, a workspace
 as one more (scratch) result zeroed where the kernel needs it, and scratch as one more after it
-(XLA allocates both per call, stream-ordered, so nothing is held between calls).
+(XLA allocates both per call, stream-ordered, so nothing is held between calls). An array the op
+updates besides its outputs (`Op.updated_names`: attention_bwd_dkdv's dq) is a result aliased to
+its operand (input_output_aliases), returned as the new value.
 
 Limits: NVIDIA GPUs (the handler is registered for CUDA); out= cannot be given (JAX arrays are
 immutable); run-time scalars (eps, alpha, scale) must be Python numbers (they are baked into the
@@ -62,15 +64,22 @@ def call(op, values, scalars=(), options=(), device=None, compiler=None, tiles=N
         raise InvalidArgumentError(f"{op.name}: these arrays need aligned copies, which jax.jit calls do not make")
     launch._check_scalars(op, scalars)
 
-    # Buffers: operands (the arrays given, in order), then outputs, then the workspace and the scratch.
+    # Buffers: operands (the arrays given, in order), then outputs, then the arrays the op updates
+    # (each a result aliased to its operand: XLA hands the kernel one buffer holding the operand's
+    # value, copying it first where the operand is still read elsewhere, and the new value is a
+    # result, never a write XLA does not know of), then the workspace and the scratch.
     operands = [i for i, v in enumerate(values) if v is not None]
     outputs = list(binding.outputs)
+    updated = [n for n in op.updated_names if values[names.index(n)] is not None]
     buffer_of = {i: k for k, i in enumerate(operands)}
-    buffer_of.update({names.index(n): len(operands) + k for k, n in enumerate(outputs)})
+    buffer_of.update({names.index(n): len(operands) + k for k, n in enumerate(outputs + updated)})
+    aliases = {operands.index(names.index(n)): len(outputs) + k for k, n in enumerate(updated)}
     ws_slot, scratch_slot = len(names), len(names) + 1
     extra = [(slot, n) for slot, n in ((ws_slot, plan.workspace_bytes), (scratch_slot, plan.scratch_bytes)) if n]
+    n_buffers = len(operands) + len(outputs) + len(updated)       # an updated array is two: operand, result
     for slot, _ in extra:
-        buffer_of[slot] = len(buffer_of)
+        buffer_of[slot] = n_buffers
+        n_buffers += 1
     ptrs = tuple(_FAKE_BASE * (i + 1) if i in buffer_of else 0 for i in range(len(names) + 2))
 
     def fill(ptrs, scalars) -> bytes:
@@ -83,19 +92,20 @@ def call(op, values, scalars=(), options=(), device=None, compiler=None, tiles=N
         raise InvalidArgumentError(f"{op.name}: the kernel's argument block does not hold {', '.join(missing)} "
                                    "where a pointer can be written at run time, so it cannot run inside jax.jit")
     flat = [v for kind, slot, offset, addend in patches for v in (kind, buffer_of[slot], offset, addend)]
-    n_buffers = len(buffer_of)
     geometry = [launcher.kernel.function, dev.context, *plan.grid, *launcher.block, plan.dynamic_smem,
                 buffer_of.get(ws_slot, 2 ** 64 - 1), plan.workspace_zeroed if plan.workspace_bytes else 0, n_buffers]
 
     _register(jax)
     result_types = [jax.ShapeDtypeStruct(shape, interop.numpy_dtype(dt)) for shape, dt in binding.outputs.values()]
+    result_types += [jax.ShapeDtypeStruct(values[names.index(n)].shape, values[names.index(n)].dtype)
+                     for n in updated]
     result_types += [jax.ShapeDtypeStruct((n,), np.uint8) for _, n in extra]
     # Signed views of the same bits: MLIR's dense array attributes have no unsigned element types.
-    results = jax.ffi.ffi_call(TARGET, result_types)(
+    results = jax.ffi.ffi_call(TARGET, result_types, input_output_aliases=aliases or None)(
         *(values[i] for i in operands), launch=np.array(geometry, np.uint64).view(np.int64),
         block=np.frombuffer(block, np.uint8).view(np.int8), patches=np.array(flat, np.uint64).view(np.int64))
-    produced = dict(zip(outputs, results))
-    out = tuple(produced[n] for n in binding.returns)
+    produced = dict(zip(outputs + updated, results))
+    out = tuple(produced.get(n) for n in binding.returns)     # None: an updated array not passed
     return out[0] if len(out) == 1 else out
 
 

@@ -7,9 +7,11 @@ For each op of the registry (hkjit/ops), all registered on the first traced call
 
 `<op>` takes the op's arrays that are not outputs and allocates every output; `.into` takes all of
 them, writes the outputs given (out=, in place: declared mutated, so functionalization copes)
-and allocates the rest. Both return one tensor per output name: the allocated output, or an empty
-placeholder for an output given or not asked for (torch ops may neither return a list beside
-mutated arguments nor alias their inputs). `config` is canonical JSON of the run-time scalars, the
+and allocates the rest. Arrays an op updates besides its outputs (`Op.updated_names`: the dq that
+the sm_90a attention_bwd_dkdv kernel writes) are declared mutated in both forms. Both return one
+tensor per output name: the allocated output, or an empty placeholder for an output given or not
+asked for (torch ops may neither return a list beside mutated arguments nor alias their inputs);
+a traced call hands on an updated array as the argument it passed. `config` is canonical JSON of the run-time scalars, the
 compile-time options, tile overrides, device and compiler: constants of a traced call.
 
 - The real implementation is `launch.call` (the same kernels, repeat path and native path).
@@ -81,11 +83,14 @@ def decode(config: str):
 
 # --- schemas and registration --------------------------------------------------------------------
 def _schema(op, mutating: bool) -> str:
+    """The op's torch schema: arrays it writes are `Tensor(x!)?` (each its own alias set), the given
+    outputs of `.into` and, in both forms, the arrays it updates (`Op.updated_names`), so
+    functionalization and inductor order reads of those after the call (e.g. attention_bwd_dkdv's dq)."""
     args, alias = [], 0
     for name in op.array_names:
-        if name in op.output_names:
-            if not mutating:
-                continue
+        if name in op.output_names and not mutating:
+            continue
+        if name in op.output_names or name in op.updated_names:
             args.append(f"Tensor({chr(ord('a') + alias)}!)? {name}")
             alias += 1
         else:
@@ -239,8 +244,9 @@ def plan(name, absent, scalars, options, device, compiler, tiles):
     mutating = any(n in given for n in op.output_names)
     positions = tuple(range(len(names))) if mutating else _registered[name]
     picks = []
-    for n in op.returns_for(dict(options)):
-        picks.append(("value", names.index(n)) if n in given else ("result", op.output_names.index(n)))
+    for n in op.returns_for(dict(options)):        # an updated array: the value passed (mutated by the op)
+        picks.append(("result", op.output_names.index(n)) if n in op.output_names and n not in given
+                     else ("value", names.index(n)))
     config = encode(op, scalars, options, device, compiler, tiles)
     return ("into" if mutating else "default", positions, tuple(picks), len(op.output_names) == 1, config)
 

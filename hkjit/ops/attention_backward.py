@@ -4,7 +4,8 @@ Two kernels, two registered ops (launched in this order by `attention_backward`)
   attention_bwd_dq    Delta = rowsum(dO ∘ O) (an output, fp32, shaped like LSE) and dQ
   attention_bwd_dkdv  dK and dV, reading Delta; GQA gradients summed over each KV head's query heads
                       inside one workgroup, in a fixed order (no atomics: the same inputs give the
-                      same bits)
+                      same bits); on sm_90a also dQ, into the dq it is given (its `updated_names`,
+                      so torch.compile and jax.jit know; it returns dk, dv, dq)
 Both take the forward's parameters (`p` of hkjit/ops/attention.py) and the same layouts.
 
 The backward modules' contract is in hkjit/ops/attention.py's docstring (beside the forward's).
@@ -33,8 +34,9 @@ class AttentionBackwardOp(Op):
     array_names = ARRAYS
     scalar_names = ("scale",)
 
-    def __init__(self, kernel: str, outputs: tuple):
+    def __init__(self, kernel: str, outputs: tuple, updated: tuple = ()):
         self.kernel, self.name, self.output_names = kernel, f"attention_bwd_{kernel}", outputs
+        self.updated_names = updated
 
     @property
     def tile_keywords(self) -> tuple:
@@ -114,7 +116,7 @@ class AttentionBackwardOp(Op):
                 outputs[name] = (a[like].shape, a[like].dtype) if like else (stats_shape, DTYPES["float32"])
         # the sm_90a dK/dV kernel writes dq too (one pass): a call on host arrays brings it back
         updates = getattr(getattr(backward_module(device.target), self.kernel.upper()), "UPDATES", ())
-        return Binding(request, outputs, args, returns=self.output_names, updates=updates)
+        return Binding(request, outputs, args, returns=self.returns_for(options), updates=updates)
 
 
     def static_figures(self, plan, report) -> None:
@@ -128,7 +130,9 @@ class AttentionBackwardOp(Op):
 
 
 DQ_OP = register(AttentionBackwardOp("dq", ("dq", "delta")))
-DKDV_OP = register(AttentionBackwardOp("dkdv", ("dk", "dv")))
+# dq: an input the sm_90a dK/dV kernel writes (one pass), declared for every target so a compiled
+# graph's schema does not depend on the GPU it is traced for; the call returns it after dk, dv
+DKDV_OP = register(AttentionBackwardOp("dkdv", ("dk", "dv"), updated=("dq",)))
 
 
 def _check_second(arrays, options, device, tiles):
@@ -161,12 +165,14 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     pick = lambda op: {n: v for n, v in tile_overrides.items() if n in op.tile_keywords}  # noqa: E731
     arrays = dict(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse, delta=None, dq=dq, dk=None, dv=None,
                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    if not launch.symbolic(arrays.values()):     # fake tensors (torch.compile) have nothing to check yet
+    # fake tensors, and torch.compile's tracing (dynamo): the traced ops' fake implementations check
+    if not launch.symbolic(arrays.values()) and not launch.tracing():
         _check_second(dict(arrays, out=None, dq=None, delta=lse, dk=dk, dv=dv), options, device, pick(DKDV_OP))
     dq, delta = launch.call(DQ_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler, pick(DQ_OP))
-    arrays.update(out=None, dq=dq, delta=delta, dk=dk, dv=dv)   # dq: the sm_90a dkdv kernel writes it (one pass)
-    dk, dv = launch.call(DKDV_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler,
-                         pick(DKDV_OP))
+    arrays.update(out=None, dq=dq, delta=delta, dk=dk, dv=dv)
+    # dq comes back too: the sm_90a kernel writes it, and inside jax.jit the written dq is a new value
+    dk, dv, dq = launch.call(DKDV_OP, tuple(arrays[n] for n in ARRAYS), (scale,), options, device, compiler,
+                             pick(DKDV_OP))
     return dq, dk, dv
 
 
