@@ -300,9 +300,10 @@ def test_default_table_and_limits():
     t = F.configure(SM90, p, dict(producer="tma", overlap=1))
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
     assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma>")
-    assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync>")
-    assert F.checks(c) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
-    assert F.dynamic_smem(t) == F.dynamic_smem(c)      # TMA fills the same swizzled stages
+    assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::tma>")
+    cp = F.configure(SM90, p, dict(producer="cpasync"))
+    assert F.checks(cp) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
+    assert F.dynamic_smem(t) == F.dynamic_smem(cp)      # TMA fills the same swizzled stages
     # cp.async: the lean split, the plain loads' argument block and shared memory; whatever "lsu"
     # serves (varlen, 4- and 8-byte rows) it serves, with the same load width
     for extra in ({}, {"varlen": True}, {"align": 4}, {"align": 8, "causal": True}):
@@ -366,7 +367,8 @@ def test_tma_maps():
 
 
 def test_fill_checks_alignment():
-    cfg = F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16), {})
+    cfg = F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16),
+                      {"producer": "cpasync"})
     kw = dict(q=1024, k=2048, v=4096, o=8192, lse=0, q_strides=(0, 64, 64), k_strides=(0, 64, 64),
               v_strides=(0, 64, 64), o_strides=(0, 64, 64), lse_strides=(0, 8, 1), cu_seqlens_q=0, cu_seqlens_k=0,
               batch=1, heads=1, kv_heads=1, n_q=8, n_k=8, scale=0.125, workspace=0)
@@ -376,3 +378,16 @@ def test_fill_checks_alignment():
         F.fill(cfg, **{**kw, "k": 2050})
     with pytest.raises(InvalidArgumentError, match="cu_seqlens"):
         F.fill(F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=True, align=16), {}), **kw)
+
+
+def test_alignment_covers_head_and_batch_strides():
+    """`align` (what picks the load width and whether TMA can serve the call) is the alignment of every
+    stepped stride, not only the row's; dims of extent 1 are never stepped; a broadcast (stride 0) dim
+    counts as 8-byte aligned: TMA cannot map it, vector loads can."""
+    from hkjit.ops.attention import _alignment
+    assert _alignment(0x1000, (16 * 100 * 128, 100 * 128, 128), (2, 16, 100)) == 16
+    assert _alignment(0x1000, (16 * 100 * 128 + 4, 100 * 128, 128), (2, 16, 100)) == 8     # batch stride
+    assert _alignment(0x1000, (16 * 100 * 128 + 4, 100 * 128, 128), (1, 16, 100)) == 16    # ...not stepped
+    assert _alignment(0x1000, (0, 100 * 128 + 2, 128), (1, 16, 100)) == 4                  # head stride
+    assert _alignment(0x1000, (0, 0, 128), (2, 16, 100)) == 8                              # broadcast
+    assert _alignment(0x1008, (0, 128, 128), (1, 1, 100)) == 8                             # base pointer
