@@ -714,18 +714,19 @@ struct attention_bwd_dkdv_hopper {
   // (LDS / STS with 32-bit addresses; rounded through an integer, the pointer is generic, and stats,
   // dS^T and dQ accesses become LD.E / ST.E with 64-bit addresses). Kept to the TMA variant, whose
   // consumers have the 240 registers it takes (at 224 it spilled 8 bytes).
-  static __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
+  static __device__ __forceinline__ smem_t& aligned_smem(unsigned char* raw) {
     if constexpr (TMA) {
-      return raw + ((1024u - (hk::smem_addr(raw) & 1023u)) & 1023u);
+      return *reinterpret_cast<smem_t*>(raw + ((1024u - (hk::smem_addr(raw) & 1023u)) & 1023u));
     } else {
-      return reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(raw) + 1023) & ~1023ull);
+      unsigned long long base = (reinterpret_cast<unsigned long long>(raw) + 1023) & ~1023ull;
+      return *reinterpret_cast<smem_t*>(base);
     }
   }
 
   static __device__ void run(const args& ga) {
     const auto& g = ga.a;
     extern __shared__ unsigned char smem_raw[];
-    smem_t& sm = *reinterpret_cast<smem_t*>(aligned_smem(smem_raw));
+    smem_t& sm = aligned_smem(smem_raw);
     hk::mbarrier* full = sm.full;
     hk::mbarrier* empty = sm.empty;
     hk::mbarrier* dq_full = sm.dq_full;
