@@ -750,7 +750,10 @@ struct attention_bwd_dkdv_hopper {
     __syncthreads();
     const int qb0 = first_q_block(s, k0), nqb = (s.lq + BQ - 1) / BQ;
     const int per_head = nqb > qb0 ? nqb - qb0 : 0;
-    const int wg = hk::warpgroup_id();
+    // TMA (consumers at 240 registers): the warpgroup index through a shuffle, so that ptxas knows it
+    // is warp-uniform and keeps each wgmma descriptor's arithmetic on the uniform datapath (item 2(b)
+    // of docs/notes/attention_hopper_bwd_vs_fa3.md: at 224 registers this spilled 28 bytes).
+    const int wg = TMA ? __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0) : hk::warpgroup_id();
     if (wg == PRODUCER) {
       hk::setmaxnreg_dec<PRODUCER_REGS>();
       produce(ga, s, qb0, per_head, sm);

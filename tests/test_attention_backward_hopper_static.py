@@ -150,7 +150,8 @@ def test_tma_sass(d, causal, tmp_path):
     """dkdv_producer="tma": per stage D / 64 tensor-map boxes for Q and as many for dO (UTMALDG) in
     one loop with the stats' 4-byte cp.asyncs and no 16-byte ones; setmaxnreg 24 / 240; the
     structures addressed in the shared window (no generic LD.E / ST.E anywhere; the cp.async
-    variant has them for the stats, dS^T and the dQ partial)."""
+    variant has them for the stats, dS^T and the dQ partial); the consumer loop's wgmma descriptors
+    on the uniform datapath (no R2UR moves in it; the cp.async variant has 48 at D128)."""
     _, r = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="tma"))
     listing = sass(r.code, tmp_path)
     ins, loops = _loops(listing)
@@ -163,6 +164,9 @@ def test_tma_sass(d, causal, tmp_path):
     generic = re.compile(r"\s(LD|ST)\.E[\s.]")
     assert not any(generic.search(t) for _, t in ins)
     assert sum(" LDS" in t or t.startswith("LDS") for _, t in ins) >= 16 and any("STS" in t for _, t in ins)
+    consumer = _innermost(loops, next(a for a, t in ins if t.startswith("HGMMA")))[2]
+    assert sum(t.startswith("HGMMA") for t in consumer) == 2 * d // 16 + 16     # S, dP; dV, dK; dQ
+    assert not any("R2UR" in t for t in consumer)
     _, plain = _compile(B.DKDV, dict(head_dim=d, causal=causal))
     assert any(generic.search(t) for _, t in _loops(sass(plain.code, tmp_path))[0])
 
