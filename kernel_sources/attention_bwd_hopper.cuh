@@ -29,6 +29,10 @@
 // waited for only before the semaphore release. Same order, same bits; the waits still point only
 // from block i to block i - 1 (loads wait on consumers, consumers on loads and on the dQ warp's
 // freeing of step t - 2, the dQ warp on the consumers' step t and on block i - 1's semaphore).
+// TMA (a prepared variant, on top of DQ_WARP with one load warp): one elected thread of warp 0
+// issues Q and dO as tensor-map boxes and announces their bytes on the stage's full barrier; its 32
+// lanes copy LSE and Delta by cp.async. Warp 3 adds dQ as above; warps 1 and 2 have nothing to do.
+// The producer then needs 24 registers and the consumers get 240 (FlashAttention-3's split).
 #include "attention_hopper_common.cuh"
 
 namespace hkjit_attn_hopper {
@@ -67,6 +71,12 @@ struct bwd_ws_args {
   int q_blocks, unused;
 };
 static_assert(sizeof(bwd_ws_args) == 392, "bwd_ws_args layout is mirrored in Python");
+
+// The TMA variant's arguments (WorkspaceTmaArgs): the Q and dO tensor maps first (64-byte aligned,
+// (D, n_q, heads, batch) over the caller's strides, box (64, 64, 1, 1)), then bwd_ws_args.
+struct bwd_qdo_maps { hk::tma_desc q_map, do_map; };
+struct bwd_tma_args : bwd_qdo_maps, bwd_ws_args {};
+static_assert(sizeof(bwd_tma_args) == 704, "bwd_tma_args layout is mirrored in Python");
 
 constexpr float LOG2E = 1.4426950408889634f;
 
@@ -180,10 +190,11 @@ struct attention_bwd_prep_hopper {
 // operands), P^T and dS^T in A registers, dV += P^T dO, dK += dS^T Q, dS^T to shared memory, then
 // (both consumers' halves in place) dQ columns [64c, 64c + 64) = dS K (at D64 consumer 0 alone).
 // Prepared variants (hkjit/ops/_hopper_attention_bwd.py validates them; the defaults are the kernel
-// measured): DQ_WARP and LOAD_WARPS (the file's header). The producer keeps 56 registers in both:
-// at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer.
+// measured): DQ_WARP, LOAD_WARPS and TMA (the file's header). With cp.async the producer keeps 56
+// registers: at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer. With
+// TMA it keeps 24 and the consumers get 240.
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
-          bool DQ_WARP = false, int LOAD_WARPS = 4>
+          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
@@ -191,15 +202,18 @@ struct attention_bwd_dkdv_hopper {
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
   static_assert(DQ_WARP ? LOAD_WARPS >= 1 && LOAD_WARPS <= 3 : LOAD_WARPS == 4,
                 "all 4 producer warps load, or 1 to 3 of them beside the dQ warp (warp 3)");
+  static_assert(!TMA || (DQ_WARP && LOAD_WARPS == 1 && !VARLEN && VEC == 8),
+                "TMA: warp 0 loads, warp 3 adds dQ; dense batches and 16-byte rows only");
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
-  static constexpr int PRODUCER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::PRODUCER;
-  static constexpr int CONSUMER_REGS = hkjit_attn_hopper::register_split<CONSUMERS, 56>::CONSUMER;
+  using split = hkjit_attn_hopper::register_split<CONSUMERS, TMA ? 24 : 56>;
+  static constexpr int PRODUCER_REGS = split::PRODUCER;
+  static constexpr int CONSUMER_REGS = split::CONSUMER;
   static constexpr int LOADERS = 32 * LOAD_WARPS;   // producer threads that issue the stage loads
   static constexpr int DQ_WG = D / 64;              // consumers that compute 64 dQ columns each
   static constexpr int DQ_FLOATS = 64 * D;          // one query block's dQ
-  using args = hkjit_attn_hopper::bwd_ws_args;
+  using args = hk::conditional_t<TMA, hkjit_attn_hopper::bwd_tma_args, hkjit_attn_hopper::bwd_ws_args>;
   using seq_t = hkjit_attn_hopper::seq_t;
 
   using keys_t = hk::st<T, BKV, D>;     // K, V of the block (K-major A of S^T, dP^T; N-major B of dQ)
@@ -338,6 +352,56 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
+  // reduction as the others (a store where it is the only one), frees the buffer once it is read,
+  // waits for the sum to land and converts it from global memory. Without the shared operand the
+  // conversion holds one float4 a lane (reading the partial beside the sum spilled at 24), and the
+  // consumers get the buffer back before the conversion. The bulk fp32 add is the add the other
+  // variants do in registers (y + x), so dQ is the same sum, deterministic as before.
+  static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
+                                                            dq_buf& src, hk::mbarrier& empty, int lane) {
+    const int i = blockIdx.x;
+    if (lane == 0) {
+      if (i > 0) {
+        hkjit_attn_hopper::wait_until(d.sem, i);
+        hkjit_attn_hopper::fence_proxy_async_global();
+        hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
+      } else {
+        hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
+      }
+      hk::tma::store_commit();
+      hk::tma::store_wait_read<0>();             // shared memory read: the buffer is free
+      hk::arrive(empty);
+      hk::tma::store_wait<0>();                  // the add is complete in global memory
+      hkjit_attn_hopper::fence_proxy_async_global();   // before the generic accesses: release, reads below
+      if (i != d.last)
+        hkjit_attn_hopper::release_add(d.sem, 1);
+      else if (i > 0)                            // nobody waits on it any more: the semaphores end zeroed
+        hkjit_attn_hopper::store_relaxed(d.sem, 0);
+    }
+    __syncwarp();                                // (the last block's lanes read the sum after lane 0's wait)
+    if (i != d.last) return;
+    const auto& g = ga.a;
+    // The sum's float4 (j, t) (t: a consumer thread's fragment index) holds rows r(t) and r(t) + 8,
+    // columns 64 (j / 8) + 8 (j % 8) + 2 (t % 4) = 8 j + 2 (t % 4), + 1; lane l takes t = 32 w + l,
+    // w = 0 .. 3, i.e. rows 16 w + l / 4 (+ 8) of the query block.
+    const int row = d.q0 + lane / 4;
+    T* const out = (T*)g.dq + blockIdx.z * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + row) * g.dq_sr + (lane % 4) * 2;
+    const float mul = g.scale;
+#pragma unroll 1
+    for (int w = 0; w < 4; ++w) {
+      const bool lo = row + 16 * w < s.lq, hi = row + 16 * w + 8 < s.lq;
+      T* const o = out + 16 * w * g.dq_sr;
+      const float4* sum = reinterpret_cast<const float4*>(d.acc) + 32 * w + lane;
+#pragma unroll 1
+      for (int j = 0; j < 8 * DQ_WG; ++j) {
+        const float4 y = __ldcg(sum + j * hk::WARPGROUP_THREADS);
+        if (lo) *reinterpret_cast<unsigned*>(o + 8 * j) = hk::pack2<T>(y.x * mul, y.y * mul);
+        if (hi) *reinterpret_cast<unsigned*>(o + 8 * g.dq_sr + 8 * j) = hk::pack2<T>(y.z * mul, y.w * mul);
+      }
+    }
+  }
+
   // DQ_WARP: the same hand-off on one warp (lane 0 issues, all 32 lanes convert on the last block).
   // The shared partial goes back to the consumers as soon as the bulk operation has read it; the
   // add's completion in global memory is waited for only before the release that lets block i + 1
@@ -351,6 +415,10 @@ struct attention_bwd_dkdv_hopper {
     const int b = blockIdx.z, i = blockIdx.x;
     const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
     hk::wait(full, (u >> 1) & 1);               // every lane waits on every phase (as above)
+    if constexpr (TMA) {
+      write_dq_warp_lean(ga, d, s, src, empty, lane);
+      return;
+    }
     if (i != d.last) {
       if (lane == 0) {
         if (i > 0) {
@@ -418,35 +486,96 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // TMA, warp 0: lane 0 writes the stage's q0 / shift, announces Q's and dO's bytes on full[s] (its
+  // arrival) and issues D / 64 boxes of each; rows past n_q come back as zeros (TMA's out-of-bounds
+  // fill), as the cp.async path writes them. LSE and Delta of the stage's 64 rows go by 4-byte
+  // cp.async from the 32 lanes, zero past the sequence (a tensor map would need their head stride
+  // 16-byte aligned, which a ragged n_q breaks), each lane's arrival landing with its copies: full[s]
+  // completes on 33 arrivals and the bytes.
+  static __device__ void produce_tma(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm, int lane) {
+    const auto& g = ga.a;
+    const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads, n = group * per_head;
+    if (lane == 0) {
+      hk::tma::prefetch(ga.q_map);
+      hk::tma::prefetch(ga.do_map);
+    }
+    int st = 0, phase = 0;
+#pragma unroll 1
+    for (int t = 0; t < n; ++t) {
+      hk::wait(sm.empty[st], phase ^ 1);              // fresh barriers pass parity 1 at once
+      const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
+      stats_t& z = sm.stats[st];
+      hk::mbarrier& full = sm.full[st];
+      if (lane == 0) {
+        z.q0 = q0;
+        z.shift = blockIdx.x * BKV - (s.lk - s.lq) - q0;
+        hk::arrive_expect_tx(full, 2 * sizeof(q_t));
+        hkjit_attn_hopper::tma_load_tile(sm.ring[st].q, ga.q_map, q0, h, b, full);
+        hkjit_attn_hopper::tma_load_tile(sm.ring[st].d_o, ga.do_map, q0, h, b, full);
+      }
+      const float* lse = g.lse + b * g.lse_sb + h * g.lse_sh;
+      const float* delta = g.delta + b * g.delta_sb + h * g.delta_sh;
+#pragma unroll
+      for (int r = lane; r < BQ; r += 32) {
+        const bool ok = q0 + r < s.lq;
+        const long long row = ok ? q0 + r : 0;
+        hkjit_attn_hopper::cp_async<4>(&z.lse[r], lse + row * g.lse_sr, ok);
+        hkjit_attn_hopper::cp_async<4>(&z.delta[r], delta + row * g.delta_sr, ok);
+      }
+      hkjit_attn_hopper::arrive_async(full);
+      if (++st == STAGES) { st = 0; phase ^= 1; }
+    }
+    hkjit_attn_hopper::cp_async_wait_all();           // nothing in flight when this warp exits
+  }
+
   static __device__ void produce(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm) {
     stage_t* ring = sm.ring;
     stats_t* stats = sm.stats;
     hk::mbarrier* full = sm.full;
     hk::mbarrier* empty = sm.empty;
     const auto& g = ga.a;
-    const int b = blockIdx.z, kh = blockIdx.y, group = g.heads / g.kv_heads;
+    const int kh = blockIdx.y, group = g.heads / g.kv_heads;
     const int tid = hk::warpgroup_thread(), n = group * per_head;
     int st = 0, phase = 0;
     if constexpr (DQ_WARP) {
-      const int warp = tid / 32;
+      // TMA: the warp index through a shuffle, so that ptxas knows it is warp-uniform and keeps the
+      // per-warp loops' counters and addresses in uniform registers (the producer has 24 others).
+      const int warp = TMA ? __shfl_sync(0xffffffffu, tid / 32, 0) : tid / 32;
       if (warp == 3) {
         for (int t = 0; t < n; ++t) write_dq_warp(ga, s, t, qb0, per_head, sm, tid % 32);
         return;
       }
       if (warp >= LOAD_WARPS) return;
-      for (int t = 0; t < n; ++t) {
-        hk::wait(empty[st], phase ^ 1);             // fresh barriers pass parity 1 at once
-        const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
+      if constexpr (TMA) {
+        produce_tma(ga, s, qb0, per_head, sm, tid % 32);
+      } else {
+        for (int t = 0; t < n; ++t) {
+          hk::wait(empty[st], phase ^ 1);           // fresh barriers pass parity 1 at once
+          const int h = kh * group + t % group, q0 = q_block(t / group, qb0, per_head) * BQ;
 #pragma unroll 1
-        for (int v = tid; v < hk::WARPGROUP_THREADS; v += LOADERS)
-          issue_stage(ga, s, h, q0, ring[st], stats[st], hk::opaque(v));   // addresses stay inside the share
-        hkjit_attn_hopper::arrive_async(full[st]);
-        hk::arrive(full[st]);
-        if (++st == STAGES) { st = 0; phase ^= 1; }
+          for (int v = tid; v < hk::WARPGROUP_THREADS; v += LOADERS)
+            issue_stage(ga, s, h, q0, ring[st], stats[st], hk::opaque(v));   // addresses stay inside the share
+          hkjit_attn_hopper::arrive_async(full[st]);
+          hk::arrive(full[st]);
+          if (++st == STAGES) { st = 0; phase ^= 1; }
+        }
+        hkjit_attn_hopper::cp_async_wait_all();     // nothing in flight when this warp exits
       }
-      hkjit_attn_hopper::cp_async_wait_all();       // nothing in flight when this warp exits
-      return;
+    } else {
+      produce_all(ga, s, qb0, per_head, sm);
     }
+  }
+
+  // All four warps load (cp.async) and, one step behind, hand off dQ (write_dq): the measured default.
+  static __device__ void produce_all(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm) {
+    stage_t* ring = sm.ring;
+    stats_t* stats = sm.stats;
+    hk::mbarrier* full = sm.full;
+    hk::mbarrier* empty = sm.empty;
+    const auto& g = ga.a;
+    const int kh = blockIdx.y, group = g.heads / g.kv_heads;
+    const int tid = hk::warpgroup_thread(), n = group * per_head;
+    int st = 0, phase = 0;
     for (int t = 0; t <= n; ++t) {
       if (t < n) {
         hk::wait(empty[st], phase ^ 1);               // fresh barriers pass parity 1 at once
@@ -492,7 +621,9 @@ struct attention_bwd_dkdv_hopper {
     const int n = group * per_head;
     for (int t = 0; t < n; ++t) {
       hk::wait(full[st], phase);
-      hk::fence_proxy_async();      // cp.async wrote through the generic proxy; wgmma reads through the async one
+      // cp.async wrote Q and dO through the generic proxy; wgmma reads through the async one (TMA
+      // writes through it: no fence; the stats are read by plain loads either way)
+      if constexpr (!TMA) hk::fence_proxy_async();
       stage_t& x = ring[st];
       const stats_t& z = stats[st];
       const int q0 = z.q0;
@@ -578,11 +709,24 @@ struct attention_bwd_dkdv_hopper {
     hkjit_attn_hopper::store_rows(dvb, g.dv_sr, dv, 1.f, key0, s.lk);
   }
 
+  // The dynamic shared memory rounded up to 1024 bytes (the swizzle atom). TMA: by a byte offset on
+  // the shared array itself, so the compiler still knows every structure below is in shared memory
+  // (LDS / STS with 32-bit addresses; rounded through an integer, the pointer is generic, and stats,
+  // dS^T and dQ accesses become LD.E / ST.E with 64-bit addresses). Kept to the TMA variant, whose
+  // consumers have the 240 registers it takes (at 224 it spilled 8 bytes).
+  static __device__ __forceinline__ smem_t& aligned_smem(unsigned char* raw) {
+    if constexpr (TMA) {
+      return *reinterpret_cast<smem_t*>(raw + ((1024u - (hk::smem_addr(raw) & 1023u)) & 1023u));
+    } else {
+      unsigned long long base = (reinterpret_cast<unsigned long long>(raw) + 1023) & ~1023ull;
+      return *reinterpret_cast<smem_t*>(base);
+    }
+  }
+
   static __device__ void run(const args& ga) {
     const auto& g = ga.a;
     extern __shared__ unsigned char smem_raw[];
-    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
-    smem_t& sm = *reinterpret_cast<smem_t*>(base);
+    smem_t& sm = aligned_smem(smem_raw);
     hk::mbarrier* full = sm.full;
     hk::mbarrier* empty = sm.empty;
     hk::mbarrier* dq_full = sm.dq_full;
@@ -592,7 +736,9 @@ struct attention_bwd_dkdv_hopper {
     if (k0 >= s.lk) return;                                     // varlen: this sequence is shorter
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], 2 * LOADERS);   // each loading thread: its cp.asyncs' arrival, its own
+        // each loading thread: its cp.asyncs' arrival, its own; TMA: the 32 lanes' cp.async arrivals
+        // and lane 0's (with the bytes)
+        hk::init(full[i], TMA ? 32 + 1 : 2 * LOADERS);
         hk::init(empty[i], CONSUMERS * 4);              // one arrival per consumer warp
       }
       for (int i = 0; i < 2; ++i) {
@@ -604,7 +750,10 @@ struct attention_bwd_dkdv_hopper {
     __syncthreads();
     const int qb0 = first_q_block(s, k0), nqb = (s.lq + BQ - 1) / BQ;
     const int per_head = nqb > qb0 ? nqb - qb0 : 0;
-    const int wg = hk::warpgroup_id();
+    // TMA (consumers at 240 registers): the warpgroup index through a shuffle, so that ptxas knows it
+    // is warp-uniform and keeps each wgmma descriptor's arithmetic on the uniform datapath (item 2(b)
+    // of docs/notes/attention_hopper_bwd_vs_fa3.md: at 224 registers this spilled 28 bytes).
+    const int wg = TMA ? __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0) : hk::warpgroup_id();
     if (wg == PRODUCER) {
       hk::setmaxnreg_dec<PRODUCER_REGS>();
       produce(ga, s, qb0, per_head, sm);

@@ -121,8 +121,8 @@ struct attention_fwd_hopper {
   }
 
   // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it
-  // announces the stage's bytes on full[s] (its one arrival) and issues D / 64 copies for K and as
-  // many for V, one per 64-column swizzle chunk of the tile.
+  // announces the stage's bytes on full[s] (its one arrival) and issues D / 64 copies for K, then as
+  // many for V, one per 64-column swizzle chunk of the tile (tma_load_tile).
   static __device__ void produce_tma(const args& g, int blocks, stage_t* ring, hk::mbarrier* full,
                                      hk::mbarrier* empty) {
     const int b = blockIdx.z, hk_ = blockIdx.y / (g.heads / g.kv_heads);
@@ -130,11 +130,8 @@ struct attention_fwd_hopper {
     hk::tma::prefetch(g.v_map);
     fill_stages(blocks, ring, full, empty, [&](stage_t& x, int j, hk::mbarrier& f) {
       hk::arrive_expect_tx(f, sizeof(stage_t));
-#pragma unroll
-      for (int c = 0; c < k_t::chunks; ++c) {
-        hk::tma::load_async(x.k.chunk(c), g.k_map, c * k_t::chunk_cols, j * BKV, hk_, b, f);
-        hk::tma::load_async(x.v.chunk(c), g.v_map, c * v_t::chunk_cols, j * BKV, hk_, b, f);
-      }
+      hkjit_attn_hopper::tma_load_tile(x.k, g.k_map, j * BKV, hk_, b, f);   // K first: S needs it first
+      hkjit_attn_hopper::tma_load_tile(x.v, g.v_map, j * BKV, hk_, b, f);
     });
   }
 

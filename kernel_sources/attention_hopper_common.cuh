@@ -1,7 +1,7 @@
 #pragma once
 // attention_hopper_common.cuh: what the sm_90a attention kernels (attention_fwd_hopper.cuh,
 // attention_bwd_hopper.cuh) share: a sequence's offsets and lengths (dense or varlen), the
-// warpgroup tile loaders (vector loads; cp.async with its mbarrier arrival), the register split
+// warpgroup tile loaders (vector loads; cp.async with its mbarrier arrival; a TMA tile), the register split
 // between producer and consumer warpgroups, and the lane reductions over the 4 lanes that hold one
 // accumulator row.
 #include "hk/hk.hpp"
@@ -123,6 +123,16 @@ __device__ __forceinline__ void load_tile_async(ST& t, const T* base, long long 
     const bool ok = r0 + r < limit;
     cp_async<VEC * 2>(dst + ST::offset(r, c), base + (long long)(ok ? r0 + r : 0) * sr + c, ok);
   }
+}
+
+// TMA: tile t <- rows [row, row + ST::rows) of (head, batch) of a 4D (D, rows, heads, batch) tensor
+// map whose box is one 64-column swizzle chunk of t: ST::chunks copies, their bytes counted on
+// `bar` (announced by the caller with arrive_expect_tx). Rows past the map's extent read as zeros.
+template <class ST>
+__device__ __forceinline__ void tma_load_tile(ST& t, const hk::tma_desc& map, int row, int head, int batch,
+                                              hk::mbarrier& bar) {
+#pragma unroll
+  for (int c = 0; c < ST::chunks; ++c) hk::tma::load_async(t.chunk(c), map, c * ST::chunk_cols, row, head, batch, bar);
 }
 
 // An accumulator row lives in 4 adjacent lanes.

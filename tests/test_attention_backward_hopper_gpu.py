@@ -1,7 +1,8 @@
 """The sm_90a attention backward (hkjit.attention_backward and autograd through hkjit.attention) on a
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
-kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps);
-D64/D128, causal or not, MHA, GQA, MQA, ragged N, N_q != N_k, fp16, varlen with lengths 1..4097;
+kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps, the
+dkdv_producer="tma" variant and its refusals); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
+N_q != N_k, fp16, bnhd strides, varlen with lengths 1..4097;
 gradients poisoned (NaN) first; under torch.compile against eager;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
 
@@ -22,7 +23,9 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 1, 4097, 64, 128, True),
 ]
 TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4),
-         dict(dq_warp=1), dict(dq_warp=1, load_warps=1, dkdv_stages=3)]
+         dict(dq_warp=1), dict(dq_warp=1, load_warps=1, dkdv_stages=3), dict(dkdv_producer="tma"),
+         dict(dkdv_producer="tma", dkdv_stages=3)]
+BY_MAPS = dict(dkdv_producer="tma")
 DQ_WARP = [dict(), dict(dq_warp=1, load_warps=2)]
 
 
@@ -57,13 +60,48 @@ def test_against_float32(case, tiles):
     check_grads(grads, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
 
 
+@pytest.mark.parametrize("tiles", [dict(), BY_MAPS], ids=str)
 @pytest.mark.parametrize("d", [64, 128])
-def test_fp16(d):
+def test_fp16(d, tiles):
     import torch
     q, k, v, do = _inputs(2, 4, 2, 700, 450, d, "float16")
-    grads, _ = _run(q, k, v, do, False)
-    check_grads(grads, torch_reference_backward(q, k, v, do, False, 1 / math.sqrt(d)), f"fp16 D{d}")
+    grads, again = _run(q, k, v, do, False, **tiles)
+    assert all(torch.equal(g, a) for g, a in zip(grads, again)), "two runs differ: not deterministic"
+    check_grads(grads, torch_reference_backward(q, k, v, do, False, 1 / math.sqrt(d)), f"fp16 D{d} {tiles}")
     assert grads[0].dtype == torch.float16
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tensor_map_producer_bnhd_strides(causal):
+    """dkdv_producer="tma" reads q and grad_out through tensor maps over the caller's strides: bnhd
+    (row stride H D, head stride D), GQA, ragged N; the same gradients as the cp.async producer
+    (both against float32)."""
+    import torch
+    q = torch.randn(2, 777, 8, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 600, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    do = torch.randn_like(q)
+    o, lse = hkjit.attention(q, k, v, causal=causal, layout="bnhd", return_lse=True)
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    ref = [t(g) for g in torch_reference_backward(t(q), t(k), t(v), t(do), causal, 1 / math.sqrt(128))]
+    for tiles in (dict(), BY_MAPS):
+        grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+        hkjit.attention_backward(do, q, k, v, o, lse, causal=causal, layout="bnhd", dq=grads[0], dk=grads[1],
+                                 dv=grads[2], **tiles)
+        check_grads(grads, ref, f"bnhd causal={causal} {tiles}")
+
+
+def test_tensor_map_producer_refuses_what_it_cannot_serve():
+    """4-byte aligned rows and varlen batches: refused before launching, naming the cp.async producer."""
+    import torch
+    from hkjit.errors import InvalidArgumentError
+    q, k, v, do = (torch.randn(1, 4, 300, 66, device="cuda", dtype=torch.bfloat16)[..., :64] for _ in range(4))
+    o, lse = hkjit.attention(q, k, v, return_lse=True)
+    with pytest.raises(InvalidArgumentError, match="dkdv_producer='cpasync'"):
+        hkjit.attention_backward(do, q, k, v, o, lse, **BY_MAPS)
+    lq, lk, cq, ck, q, k, v = varlen_inputs(64)
+    o, lse = hkjit.attention(q, k, v, return_lse=True, cu_seqlens_q=cq, cu_seqlens_k=ck)
+    with pytest.raises(InvalidArgumentError, match="dkdv_producer='cpasync'"):
+        hkjit.attention_backward(torch.randn_like(q), q, k, v, o, lse, cu_seqlens_q=cq, cu_seqlens_k=ck, **BY_MAPS)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -6,7 +6,10 @@ registers are the kernel's (static_asserted in the generated unit); the configur
 its limits, refused before anything compiles. The dq_warp variant (dQ hand-off on its own producer
 warp, loads on 1-3 others; the default with one query head a KV head): 0 spills across the same grid, the SASS facts that place the
 bulk reduction and the stage loads in separate loops, the buffer freed after the bulk read and
-released after completion; bad values refused before compiling."""
+released after completion; bad values refused before compiling. The dkdv_producer="tma" variant (Q and
+dO by tensor maps from one thread, the dQ hand-off on warp 3, 24 / 240 registers, the structures in
+the shared window): 0 spills across its grid, UTMALDG in the load loop, shared-memory accesses as
+LDS / STS, its argument block and maps, the inputs it cannot serve refused before compiling."""
 
 import ctypes
 import re
@@ -36,6 +39,11 @@ DQ_WARP_CONFIGS = [dict(head_dim=d, causal=c, dq_warp=1) for d in (64, 128) for 
                    dict(head_dim=64, causal=True, dq_warp=1, load_warps=2, dkdv_stages=3, align=4),
                    dict(head_dim=128, causal=True, varlen=True, dtype="float16", align=8, dq_warp=1, load_warps=2),
                    dict(head_dim=128, dq_warp=1, load_warps=1, align=4)]
+# dkdv_producer="tma" (dense, 16-byte aligned inputs only)
+TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) for c in (False, True)] + \
+              [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_producer="tma"),
+               dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
+               dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
 
 
 def _compile(kernel, params):
@@ -50,7 +58,7 @@ def _compile(kernel, params):
 
 @needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
-                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS],
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -133,6 +141,97 @@ def test_dq_warp_refusals():
             B.DKDV.configure(SM90, p, tiles)
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         B.DQ.configure(SM90, p, dict(dq_warp=1))
+
+
+@needs_nvrtc
+@needs_sass
+@pytest.mark.parametrize("d,causal", [(64, True), (128, False)])
+def test_tma_sass(d, causal, tmp_path):
+    """dkdv_producer="tma": per stage D / 64 tensor-map boxes for Q and as many for dO (UTMALDG) in
+    one loop with the stats' 4-byte cp.asyncs and no 16-byte ones; setmaxnreg 24 / 240; the
+    structures addressed in the shared window (no generic LD.E / ST.E anywhere; the cp.async
+    variant has them for the stats, dS^T and the dQ partial); the consumer loop's wgmma descriptors
+    on the uniform datapath (no R2UR moves in it; the cp.async variant has 48 at D128)."""
+    _, r = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="tma"))
+    listing = sass(r.code, tmp_path)
+    ins, loops = _loops(listing)
+    box = next(a for a, t in ins if "UTMALDG" in t)
+    load_loop = _innermost(loops, box)[2]
+    assert sum("UTMALDG.4D" in t for t in load_loop) == 2 * d // 64, load_loop
+    assert any("LDGSTS.E " in t for t in load_loop) and not any("LDGSTS.E.BYPASS.128" in t for t in listing.split("\n"))
+    assert not any("UBLK" in t for t in load_loop)                        # the dQ hand-off is elsewhere (warp 3)
+    assert "USETMAXREG.DEALLOC.CTAPOOL 0x18" in listing and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0" in listing
+    generic = re.compile(r"\s(LD|ST)\.E[\s.]")
+    assert not any(generic.search(t) for _, t in ins)
+    assert sum(" LDS" in t or t.startswith("LDS") for _, t in ins) >= 16 and any("STS" in t for _, t in ins)
+    consumer = _innermost(loops, next(a for a, t in ins if t.startswith("HGMMA")))[2]
+    assert sum(t.startswith("HGMMA") for t in consumer) == 2 * d // 16 + 16     # S, dP; dV, dK; dQ
+    assert not any("R2UR" in t for t in consumer)
+    _, plain = _compile(B.DKDV, dict(head_dim=d, causal=causal))
+    assert any(generic.search(t) for _, t in _loops(sass(plain.code, tmp_path))[0])
+
+
+def test_tma_configuration_and_refusals(monkeypatch):
+    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
+    c = B.DKDV.configure(SM90, p, dict(dkdv_producer="tma"))
+    assert (c["producer"], c["dq_warp"], c["load_warps"]) == ("tma", 1, 1)
+    assert B.DKDV.configure(SM90, p, {})["producer"] == "cpasync"           # not the default (yet)
+    assert B.DKDV.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24), ("LOADERS", 32))
+    assert B.DKDV.checks(B.DKDV.configure(SM90, p, {}))[:2] == (("CONSUMER_REGS", 224), ("PRODUCER_REGS", 56))
+    assert B.DKDV.kernel_type(c).endswith(", true, 1, true>") and B.DKDV.args_type(c) is B.WorkspaceTmaArgs
+    assert B.DKDV.dynamic_smem(c) == B.DKDV.dynamic_smem(B.DKDV.configure(SM90, p, {}))   # the same stages
+    assert B.DKDV.configure(SM90, p, dict(dkdv_producer="tma", dq_warp=1, load_warps=1))["load_warps"] == 1
+    for extra, tiles, msg in (({"varlen": True}, {}, "cu_seqlens.*dkdv_producer='cpasync'"),
+                              ({"align": 8}, {}, "aligned to 16 bytes .*dkdv_producer='cpasync'"),
+                              ({"align": 4}, {}, "aligned to 16 bytes"),
+                              ({}, dict(dq_warp=0), "dq_warp=0 with dkdv_producer='tma'; valid choices: 1"),
+                              ({}, dict(load_warps=3), "load_warps=3 with dkdv_producer='tma'; valid choices: 1"),
+                              ({}, dict(dkdv_producer="TMA"), "dkdv_producer='TMA'; valid choices: 'cpasync', 'tma'"),
+                              ({}, dict(dkdv_producer=1), "dkdv_producer=1; valid choices")):
+        with pytest.raises(InvalidArgumentError, match=msg):
+            B.DKDV.configure(SM90, {**p, **extra}, dict(dkdv_producer="tma", **tiles) if "dkdv_producer" not in tiles
+                             else tiles)
+    with pytest.raises(InvalidArgumentError, match="unknown tile override"):
+        B.DQ.configure(SM90, p, dict(dkdv_producer="tma"))
+    # refused by hkjit.build before any compiler is asked
+    import hkjit
+    monkeypatch.setattr(compiler, "find_compiler", lambda *a, **k: pytest.fail("a compiler was asked for"))
+    for extra in (dict(varlen=True), dict(align=8)):
+        with pytest.raises(InvalidArgumentError, match="dkdv_producer='cpasync'"):
+            hkjit.build("attention_bwd_dkdv", target="sm_90a", batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700,
+                        head_dim=128, dkdv_producer="tma", **extra)
+
+
+def test_tma_args_and_maps():
+    """The Q and dO maps: (D, n_q, heads, batch) over the caller's strides (bnhd here), box (64, 64,
+    1, 1); a stand-in stride where an extent is 1; unaligned strides refused, naming the fallback."""
+    assert ctypes.sizeof(B.WorkspaceTmaArgs) == 704 and B.WorkspaceTmaArgs.do_map.offset == 128   # static_asserted
+    assert B.WorkspaceTmaArgs.a.offset == 256 and B.WorkspaceTmaArgs.semaphores.offset == 256 + 368
+    cfg = B.DKDV.configure(SM90, dict(BASE, head_dim=128, dtype="float16"), dict(dkdv_producer="tma"))
+    seen = []
+
+    def encode(dtype, ptr, dims, strides, box):
+        seen.append((dtype, ptr, dims, strides, box))
+        return bytes([len(seen)]) * 128
+
+    bnhd = (300 * 8 * 128, 128, 8 * 128)
+    kw = dict(q=1 << 20, k=2 << 20, v=3 << 20, o=0, d_o=4 << 20, lse=5 << 20, delta=6 << 20, dq=7 << 20, dk=8 << 20,
+              dv=9 << 20, cu_seqlens_q=0, cu_seqlens_k=0, batch=3, heads=8, kv_heads=2, n_q=300, n_k=250, scale=0.1,
+              workspace=1 << 30, scratch=2 << 30, q_strides=bnhd, do_strides=bnhd, dq_strides=bnhd, o_strides=(0, 0, 0),
+              **{f"{t}_strides": (250 * 2 * 128, 128, 2 * 128) for t in ("k", "v", "dk", "dv")},
+              lse_strides=(8 * 300, 300, 1), delta_strides=(8 * 300, 300, 1))
+    g = B.DKDV.fill(cfg, encode=encode, **kw)
+    assert isinstance(g, B.WorkspaceTmaArgs) and g.a.d_o == 4 << 20 and g.a.n_q == 300 and g.q_blocks == 5
+    assert g.semaphores == 1 << 30 and g.dq_accum == 2 << 30
+    assert seen[0] == ("float16", 1 << 20, (128, 300, 8, 3), (2048, 256, 300 * 2048), (64, 64, 1, 1))
+    assert seen[1][:2] == ("float16", 4 << 20) and bytes(g.q_map.v)[:1] == b"\x01" and bytes(g.do_map.v)[:1] == b"\x02"
+    seen.clear()
+    B.DKDV.fill(cfg, encode=encode, **{**kw, "batch": 1, "heads": 1, "kv_heads": 1, "n_q": 1})
+    assert seen[0][2:4] == ((128, 1, 1, 1), (256, 256, 256))             # stand-ins: row D, head rows * row
+    with pytest.raises(InvalidArgumentError, match="grad_out's base pointer and batch stride .*'cpasync'"):
+        B.DKDV.fill(cfg, encode=encode, **{**kw, "do_strides": (300 * 8 * 128 + 4, 128, 8 * 128)})
+    with pytest.raises(InvalidArgumentError, match="q's base pointer and head stride"):
+        B.DKDV.fill(cfg, encode=encode, **{**kw, "q_strides": (300 * 8 * 128, 132, 8 * 128)})
 
 
 def test_args_layout():

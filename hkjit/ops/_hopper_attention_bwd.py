@@ -22,6 +22,14 @@ read it. Measured on H100: MHA 5-22% faster, GQA (8 query heads a KV head) 13% s
 30-45% slower. The producer keeps 56 registers (at 40 or 24 ptxas spills). Refused before compiling:
 other values, load_warps other than 4 without dq_warp.
 
+`dkdv_producer` ("cpasync", the default, or "tma"; compile-checked only, not yet run on a GPU): how Q,
+dO, LSE and Delta reach a stage. "cpasync": the producer's loading warps issue every 16-byte piece (any
+strides, varlen, 8- and 4-byte rows). "tma": one elected thread of warp 0 issues Q and dO as tensor-map
+boxes over (D, n_q, heads, batch) with the caller's strides (rows past n_q read as zeros), warp 0's 32
+lanes copy LSE and Delta by 4-byte cp.async, warp 3 adds dQ (dq_warp=1, load_warps=1 implied), and the
+producer keeps 24 registers so the consumers get 240. Needs dense batches and 16-byte aligned q, k, v
+and grad_out (pointers and strides): refused otherwise, naming dkdv_producer='cpasync'.
+
 Device memory (dkdv; varlen: sized by the longest sequence):
 - workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
   block), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
@@ -38,17 +46,21 @@ from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
 from ..targets import parse as _parse_target
 from ._attention_args import BackwardArgs, pack_backward
+from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map
 
 SOURCE = "attention_bwd_hopper.cuh"
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
 CONSUMERS = 2
-PRODUCER_REGS = 56       # attention_bwd_hopper.cuh: register_split<CONSUMERS, 56>
+# setmaxnreg of the producer warpgroup (attention_bwd_hopper.cuh: register_split<CONSUMERS, PRODUCER_REGS>):
+# cp.async keeps 56 (at 40 or 24 ptxas spilled in the loads); TMA issues from one thread and 24 suffice.
+PRODUCER_REGS = {"cpasync": 56, "tma": 24}
 BLOCK_KV = 64 * CONSUMERS
 BLOCK_Q = 64
 PREP_ROWS = 128
 _STAGES = (2, 3, 4)
 _DQ_WARP = (0, 1)
 _LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the producer that issue the loads
+_PRODUCERS = ("cpasync", "tma")
 
 
 class WorkspaceArgs(ctypes.Structure):
@@ -58,14 +70,21 @@ class WorkspaceArgs(ctypes.Structure):
                 ("q_blocks", ctypes.c_int), ("unused", ctypes.c_int)]
 
 
+class WorkspaceTmaArgs(ctypes.Structure):
+    """Mirror of hkjit_attn_hopper::bwd_tma_args (dkdv_producer="tma"): the Q and dO tensor maps, then
+    WorkspaceArgs' fields (at 256), padded to the maps' 64-byte alignment."""
+    _fields_ = [("q_map", TensorMap), ("do_map", TensorMap)] + list(WorkspaceArgs._fields_) + \
+               [("_pad", ctypes.c_char * 56)]
+
+
 def _err(msg):
     raise InvalidArgumentError(msg)
 
 
-def consumer_regs(consumers: int) -> int:
+def consumer_regs(consumers: int, producer: str = "cpasync") -> int:
     threads = (consumers + 1) * 128
     entry = 65536 // threads // 8 * 8
-    return min(240, (entry * (consumers + 1) - PRODUCER_REGS) // consumers // 8 * 8)
+    return min(240, (entry * (consumers + 1) - PRODUCER_REGS[producer]) // consumers // 8 * 8)
 
 
 def _choice(where, name, value, choices, context=""):
@@ -154,9 +173,9 @@ class Prep(_Base):
 
 class Main(_Base):
     """dK, dV and dQ: one block per 128 keys of a KV head."""
-    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps"), WorkspaceArgs
+    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
-              "load_warps")
+              "load_warps", "producer")
     UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
@@ -171,15 +190,21 @@ class Main(_Base):
                  f"fit the {consumer_regs(CONSUMERS)} registers a consumer thread has)")
         if isinstance(stages, bool) or stages not in _STAGES:
             _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
-        # dq_warp=1 measured 5-22% faster with one query head per KV head and 13% slower with eight
-        # (H100, docs/notes/attention_hopper.md "Backward variants, measured")
-        dq_warp = _choice(where, "dq_warp", tiles.get("dq_warp", int(p["heads"] == p["kv_heads"])), _DQ_WARP)
-        loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
-                        f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
-                                                       "need dq_warp=1, whose warp 3 adds dQ)"))
+        producer = tiles.get("dkdv_producer", "cpasync")
+        if not isinstance(producer, str) or producer not in _PRODUCERS:
+            _err(f"{where}: dkdv_producer={producer!r}; valid choices: {', '.join(map(repr, _PRODUCERS))}")
+        if producer == "tma":
+            dq_warp, loads = self._tma_roles(where, p, tiles)
+        else:
+            # dq_warp=1 measured 5-22% faster with one query head per KV head and 13% slower with eight
+            # (H100, docs/notes/attention_hopper.md "Backward variants, measured")
+            dq_warp = _choice(where, "dq_warp", tiles.get("dq_warp", int(p["heads"] == p["kv_heads"])), _DQ_WARP)
+            loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
+                            f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
+                                                           "need dq_warp=1, whose warp 3 adds dQ)"))
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
                      stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
-                     load_warps=loads)
+                     load_warps=loads, producer=producer)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -187,6 +212,25 @@ class Main(_Base):
                  f"dS^T and two fp32 dQ buffers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; "
                  "lower dkdv_stages")
         return cfg
+
+    @staticmethod
+    def _tma_roles(where, p, tiles) -> tuple:
+        """(dq_warp, load_warps) of dkdv_producer="tma": warp 0 loads, warp 3 adds dQ; the inputs it
+        cannot serve refused, naming the producer that can."""
+        if p["varlen"]:
+            _err(f"{where}: dkdv_producer='tma' with cu_seqlens: TMA streams dense (batch, head) views of q and "
+                 "grad_out and the packed rows past a sequence belong to the next one; use dkdv_producer='cpasync' "
+                 "for varlen batches")
+        align = p.get("align", 16)
+        if align % TMA_ALIGN:
+            _err(f"{where}: dkdv_producer='tma' needs q, k, v and grad_out base pointers and strides aligned to "
+                 f"{TMA_ALIGN} bytes (these are aligned to {align}); pass contiguous arrays or use "
+                 "dkdv_producer='cpasync'")
+        for name, value in (("dq_warp", 1), ("load_warps", 1)):
+            if name in tiles and tiles[name] != value:
+                _err(f"{where}: {name}={tiles[name]!r} with dkdv_producer='tma'; valid choices: {value} (one thread "
+                     "of warp 0 issues the loads, warp 3 adds dQ)")
+        return 1, 1
 
     def smem_bytes(self, cfg) -> int:
         """1 KiB alignment slack, the ring (Q and dO a stage), K and V (128 keys), two dS^T tiles (128 x
@@ -199,14 +243,19 @@ class Main(_Base):
         b = lambda v: "true" if v else "false"  # noqa: E731
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
-                f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}>")
+                f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}>")
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
 
     def checks(self, cfg) -> tuple:
         """Formulas kept on both sides: the C++ type static_asserts these equal Python's."""
-        return (("CONSUMER_REGS", consumer_regs(cfg["consumers"])), ("LOADERS", 32 * cfg["load_warps"]))
+        return (("CONSUMER_REGS", consumer_regs(cfg["consumers"], cfg["producer"])),
+                ("PRODUCER_REGS", PRODUCER_REGS[cfg["producer"]]), ("LOADERS", 32 * cfg["load_warps"]))
+
+    def args_type(self, cfg) -> type:
+        """The ctypes mirror of the kernel's args (attention_backward.py's plan asks for it)."""
+        return WorkspaceTmaArgs if cfg["producer"] == "tma" else WorkspaceArgs
 
     def launch_grid(self, cfg, p) -> tuple:
         return (math.ceil(p["n_k"] / cfg["rows"]), p["kv_heads"], p["batch"])
@@ -222,13 +271,23 @@ class Main(_Base):
         sems = (slots * 4 + 255) // 256 * 256
         return sems, sems, slots * BLOCK_Q * cfg["head_dim"] * 4
 
-    def fill(self, cfg, **arguments) -> WorkspaceArgs:
+    def fill(self, cfg, encode=encode_tensor_map, **arguments) -> ctypes.Structure:
         _check_pointers(cfg, arguments, ("q", "k", "v", "do"), ("dq", "dk", "dv"))
         for name, what in (("workspace", "semaphores (its workspace)"), ("scratch", "dQ accumulators (its scratch)")):
             if not arguments.get(name):
                 _err(f"attention backward: the sm_90a dkdv kernel needs its {what}")
-        qb = self.q_blocks(arguments)
-        return WorkspaceArgs(pack_backward(**arguments), int(arguments["workspace"]), int(arguments["scratch"]), qb, 0)
+        fields = (pack_backward(**arguments), int(arguments["workspace"]), int(arguments["scratch"]),
+                  self.q_blocks(arguments), 0)
+        if cfg["producer"] != "tma":
+            return WorkspaceArgs(*fields)
+        g = WorkspaceTmaArgs(**{f[0]: x for f, x in zip(WorkspaceArgs._fields_, fields)})
+        for name, ptr, field in (("q", arguments["q"], "q_map"), ("grad_out", arguments["d_o"], "do_map")):
+            key = "do" if name == "grad_out" else name
+            dims, strides, box = map_shape("attention backward: dkdv_producer='tma'", "dkdv_producer='cpasync'", name,
+                                           ptr, arguments[f"{key}_strides"], cfg["head_dim"], arguments["n_q"],
+                                           arguments["heads"], arguments["batch"], cfg["block"])
+            put_map(g, field, encode(cfg["dtype"], ptr, dims, strides, box))
+        return g
 
 
 DQ = Prep()

@@ -39,13 +39,13 @@ memory beyond the 227 KiB a block may use.
 """
 
 import ctypes
-import functools
 import math
 
 from ..dtypes import DTYPES
 from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
 from ._attention_args import ForwardArgs, pack_forward
+from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map
 from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
@@ -62,7 +62,6 @@ _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pi
 PRODUCER_REGS = {"lsu": 72, "tma": 24, "cpasync": 40}
 NARROW_CPASYNC_REGS = 72
 _KV_PRODUCER = {name: f"hkjit_attn_hopper::kv_producer::{name}" for name in _CHOICES["producer"]}   # C++ enum
-TMA_ALIGN = 16                             # bytes: TMA's base address and stride granule
 
 
 def _err(msg):
@@ -168,14 +167,10 @@ def workspace(cfg, p) -> tuple:
 Args = ForwardArgs          # the argument block every forward kernel shares
 
 
-class _TensorMap(ctypes.Structure):
-    _fields_ = [("v", ctypes.c_ulonglong * 16)]      # CUtensorMap: 128 bytes, 64-byte aligned in C++
-
-
 class TmaArgs(ctypes.Structure):
     """attention_fwd_hopper<..., TMA = true>::args: the K and V tensor maps, then ForwardArgs' fields
     (at 256), padded to the 64-byte alignment of the maps."""
-    _fields_ = [("k_map", _TensorMap), ("v_map", _TensorMap)] + list(ForwardArgs._fields_) + \
+    _fields_ = [("k_map", TensorMap), ("v_map", TensorMap)] + list(ForwardArgs._fields_) + \
                [("_pad", ctypes.c_char * 56)]
 
 
@@ -184,35 +179,12 @@ def args_type(cfg) -> type:
     return TmaArgs if cfg["producer"] == "tma" else ForwardArgs
 
 
-@functools.lru_cache(maxsize=256)
-def _encode_cached(data_type, ptr, dims, strides, box):
-    from ..runtime import cuda
-    return cuda.encode_tensor_map(data_type, ptr, dims, strides, box, 3)    # 3: 128-byte swizzle
-
-
-def encode_tensor_map(dtype: str, ptr: int, dims: tuple, strides_bytes: tuple, box: tuple) -> bytes:
-    """The 128-byte CUtensorMap of a 4D view (innermost first), 128-byte swizzle, zeros out of bounds."""
-    from ..runtime import cuda
-    return _encode_cached(cuda.TMAP_BFLOAT16 if dtype == "bfloat16" else cuda.TMAP_FLOAT16, int(ptr),
-                          tuple(dims), tuple(strides_bytes), tuple(box))
-
-
 def kv_map_shape(cfg, name, ptr, strides, kv_heads, n_k, batch) -> tuple:
     """(dims, byte strides, box) of K's or V's tensor map: (D, n_k, kv_heads, batch) with the caller's
     (row, head, batch) strides, box (64, block_kv, 1, 1) = one 128-byte swizzle chunk of a stage tile.
-    An extent of 1 takes a stand-in stride (never used to address); TMA needs every stride used and
-    the base to be a nonzero multiple of 16 bytes."""
-    d = cfg["head_dim"]
-    sb, sh, sr = (int(x) for x in strides)
-    sr = sr if n_k > 1 else d
-    sh = sh if kv_heads > 1 else sr * n_k
-    sb = sb if batch > 1 else sh * kv_heads
-    for what, st in (("row", sr), ("head", sh), ("batch", sb)):
-        if st <= 0 or st * 2 % TMA_ALIGN or int(ptr) % TMA_ALIGN:
-            _err(f"attention: producer='tma' needs {name}'s base pointer and {what} stride ({st} elements) to be "
-                 f"nonzero multiples of {TMA_ALIGN} bytes; pass {name}.contiguous() or use producer='cpasync'")
-    return (d, n_k, kv_heads, batch), (sr * 2, sh * 2, sb * 2), (64, cfg["block_kv"], 1, 1)
-
+    A stand-in stride where an extent is 1; unaligned ones refused (_hopper_attention_tma.map_shape)."""
+    return map_shape("attention: producer='tma'", "producer='cpasync'", name, ptr, strides, cfg["head_dim"], n_k,
+                     kv_heads, batch, cfg["block_kv"])
 
 def fill(cfg, *, o, o_strides, encode=encode_tensor_map, **arguments):
     if int(o) % 4 or int(o_strides[2]) % 2:
@@ -224,6 +196,5 @@ def fill(cfg, *, o, o_strides, encode=encode_tensor_map, **arguments):
     for name, field in (("k", "k_map"), ("v", "v_map")):
         dims, strides, box = kv_map_shape(cfg, name, arguments[name], arguments[f"{name}_strides"],
                                           arguments["kv_heads"], arguments["n_k"], arguments["batch"])
-        raw = encode(cfg["dtype"], arguments[name], dims, strides, box)
-        ctypes.memmove(ctypes.addressof(g) + getattr(TmaArgs, field).offset, raw, 128)
+        put_map(g, field, encode(cfg["dtype"], arguments[name], dims, strides, box))
     return g

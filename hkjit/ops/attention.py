@@ -33,7 +33,7 @@ scale · log2(e) folded into Q).
 Backward (`hkjit.attention_backward`, hkjit/ops/attention_backward.py): a per-arch backward module
 offers, for each of its kernels, the GEMM's per-arch interface (`TILES`, `SOURCE`, `configure`,
 `template_params`, `kernel_type`, `threads`, `dynamic_smem`, `checks`, `launch_grid`, `workspace`,
-`Args`, `fill`) and names the kernels `DQ` and `DKDV` (objects or modules). `fill(cfg, *, q, k, v,
+`Args`, `fill`, optionally `args_type`) and names the kernels `DQ` and `DKDV` (objects or modules). `fill(cfg, *, q, k, v,
 o, d_o, lse, delta, dq, dk, dv, q_strides, k_strides, v_strides, o_strides, do_strides,
 lse_strides, delta_strides, dq_strides, dk_strides, dv_strides, cu_seqlens_q, cu_seqlens_k, batch,
 heads, kv_heads, n_q, n_k, scale, workspace, scratch)`: the forward's keywords plus d_o (the output

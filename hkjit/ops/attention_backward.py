@@ -54,7 +54,8 @@ class AttentionBackwardOp(Op):
                                        spec_mod.make_params(k.template_params(cfg)),
                                        (("threads", threads), ("dynamic_smem", smem)) + k.checks(cfg))
         ws = k.workspace(cfg, p)
-        return Plan(spec, cfg, threads, smem, k.launch_grid(cfg, p), k.Args, functools.partial(k.fill, cfg), *ws)
+        args_type = k.args_type(cfg) if hasattr(k, "args_type") else k.Args    # the block may depend on cfg
+        return Plan(spec, cfg, threads, smem, k.launch_grid(cfg, p), args_type, functools.partial(k.fill, cfg), *ws)
 
     def bind(self, arrays, options, device) -> Binding:
         a = arrays
@@ -155,7 +156,8 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     given its output `out`, its `lse` (return_lse=True) and the output gradient `grad_out` (q's
     shape). dq / dk / dv: optional arrays to write into. Deterministic. Tile overrides: block_kv
     (the dQ kernel's KV block), block_q (the dK/dV kernel's query block); on sm_90a also
-    dq_stages and dkdv_stages (each kernel's ring depth)."""
+    dq_stages and dkdv_stages (each kernel's ring depth), dq_warp, load_warps and dkdv_producer
+    ("cpasync" or "tma": how the dK/dV kernel's producer loads; hkjit/ops/_hopper_attention_bwd.py)."""
     options, scale = prepare_call(q, k, causal, scale, layout, True, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k)
     unknown = sorted(set(tile_overrides) - set(DQ_OP.tile_keywords) - set(DKDV_OP.tile_keywords))
