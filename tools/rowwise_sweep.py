@@ -18,8 +18,9 @@ each case's candidate schedules (SHORT_CASES below, with what each tests) are bu
 processes while torch.compile compiles the benchmark's own peer (op.bench_peers, as `hkjit bench`
 times it); every variant and the peer are checked against torch eager in float32 (every output:
 the norms' residual sum too) and timed with triton.testing.do_bench medians (L2 flushed per
-repetition); then the default, torch.compile and the three best are timed in three more
-alternated rounds. Prints per case the default, torch.compile, and the best three with their
+repetition; one input set, where `hkjit bench` rotates several: the flush makes them equivalent);
+then the default, torch.compile and the three best are timed in three more alternated rounds (one
+once the run has passed SWEEP_BUDGET_S seconds, default 75). Prints per case the default, torch.compile, and the best three with their
 ratio to torch.compile (torch.compile µs / variant µs: above 1 is faster, as `hkjit bench`'s
 ×torch.compile); writes rowwise_sweep_short.json into $SWEEP_OUT.
 """
