@@ -28,6 +28,11 @@
 //                in flight per thread.
 //   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (__launch_bounds__(THREADS, MIN_BLOCKS)):
 //                caps registers so that enough loads stay in flight; ignored on AMD. Default 1.
+//   EXACT        cols == COLS (the caller guarantees it): one column block, so a tile's
+//                row block is its index (no division by the column blocks) and only rows are
+//                tested (hk::load<true> / store<true>: no column compare, no element-wise
+//                fallback in the code). The same results as EXACT = false, to 1-2 ULPs where the
+//                compiler contracts the activation's multiply-adds differently. Default false.
 //
 // Schedules (hkjit/ops/activations.py picks them; bf16, 16-byte accesses):
 //   contiguous unary (one long row)   a block per 4096 elements      <hk::bf16, hk::act::gelu, false, 8, 256, 256, 1, 2, 6>  (sm_90a)
@@ -56,7 +61,8 @@
 #include "hk/hk.hpp"
 #include "hk/common/activations.hpp"
 
-template <class T, class ACT, bool GATED, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1>
+template <class T, class ACT, bool GATED, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1,
+          bool EXACT = false>
 struct eltwise {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -82,14 +88,14 @@ struct eltwise {
     const auto gx = hk::make_gl(x, a.rows, a.cols, a.x_row_stride, 1);
     const auto gg = hk::make_gl(x + a.cols, a.rows, a.cols, a.x_row_stride, 1);   // the gate half
     const auto gy = hk::make_gl(a.y, a.rows, a.cols, a.y_row_stride, 1);
-    const int col_blocks = (a.cols + COLS - 1) / COLS;
+    const int col_blocks = EXACT ? 1 : (a.cols + COLS - 1) / COLS;
     const int tiles = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK * col_blocks;
     for (int t = hk::block_x(); t < tiles; t += hk::grid_x()) {
-      const int r0 = t / col_blocks * ROWS_PER_BLOCK + tile::group() * ROWS;
-      const int c0 = t % col_blocks * COLS;
+      const int r0 = (EXACT ? t : t / col_blocks) * ROWS_PER_BLOCK + tile::group() * ROWS;
+      const int c0 = EXACT ? 0 : t % col_blocks * COLS;
       tile xt, gt;
-      hk::load(xt, gx, r0, c0);
-      if constexpr (GATED) hk::load(gt, gg, r0, c0);   // both halves in flight before the math
+      hk::load<EXACT>(xt, gx, r0, c0);
+      if constexpr (GATED) hk::load<EXACT>(gt, gg, r0, c0);   // both halves in flight before the math
       ftile f;
       hk::convert(f, xt);
 #pragma unroll
@@ -99,7 +105,7 @@ struct eltwise {
         hk::convert(g, gt);
         hk::mul(f, f, g);
       }
-      hk::store(gy, f, r0, c0);
+      hk::store<EXACT>(gy, f, r0, c0);
     }
   }
 };

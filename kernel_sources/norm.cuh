@@ -23,7 +23,10 @@
 // schedule of rms_norm.cuh: VEC, THREADS, ROW_THREADS, ROWS, CHUNKS, MIN_BLOCKS, EXACT (same meaning
 // and limits; EXACT: cols == COLS, rows tested only, weight and bias read once per thread and kept
 // as fp32 in registers, one column block without Chan's combination or the padding mask; the same
-// bits as EXACT = false).
+// bits as EXACT = false), then PACKED_WB (EXACT only): weight and bias kept as T (two 16-bit
+// elements a register: half the registers) and converted to fp32 where a row uses them, read again
+// for each further row block of a persistent grid (so that the compiler cannot hoist the
+// conversion out of the row loop and hold fp32 copies); the same bits (the conversion is exact).
 //
 // args, in this order (C layout offsets in the ctypes mirror, hkjit/ops/norms.py):
 //   const T* x; const T* residual; const T* weight; const T* bias; T* y; T* residual_out;
@@ -34,8 +37,13 @@
 #pragma once
 #include "hk/hk.hpp"
 
+namespace norm_detail {
+template <bool C, class A, class B> struct pick { using type = A; };
+template <class A, class B> struct pick<false, A, B> { using type = B; };
+}  // namespace norm_detail
+
 template <class T, bool LAYER, bool RESIDUAL, bool DROPOUT, bool WEIGHT, bool BIAS, int VEC, int THREADS,
-          int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1, bool EXACT = false>
+          int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1, bool EXACT = false, bool PACKED_WB = false>
 struct fused_norm {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -65,6 +73,9 @@ struct fused_norm {
   using fslice = typename slice::template retype<float>;
   using wslice = hk::rt_row<T, 1, SLICE, VEC, ROW_THREADS>;
   static constexpr int ROWS_PER_BLOCK = THREADS / ROW_THREADS * ROWS;
+  static_assert(!PACKED_WB || EXACT, "PACKED_WB: the exact path's registers");
+  // The exact path's weight and bias in registers: fp32, or (PACKED_WB) as stored.
+  using wb = typename norm_detail::pick<PACKED_WB, hk::rt_row<T, 1, COLS, VEC, ROW_THREADS>, hk::col_vec<tile>>::type;
 
   HK_INLINE static hk::u32 fmix(hk::u32 h) {
     h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
@@ -135,8 +146,7 @@ struct fused_norm {
   // cols == COLS (EXACT): run_general's operations for one column block, in the same order (the
   // first block of Chan's combination reduces to mean = bmean * w1, m2 = part), without the
   // padding mask (there is none), the weight and bias from registers.
-  HK_INLINE static void exact_rows(const args& a, inputs& in, const hk::col_vec<tile>& w,
-                                   const hk::col_vec<tile>& bias, int r0) {
+  HK_INLINE static void exact_rows(const args& a, inputs& in, const wb& w, const wb& bias, int r0) {
     const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_stride, 1);
     const float nb = (float)COLS;
     const float rcp_n = hk::fast_rcp(nb);          // as run_general: exact for powers of two
@@ -165,9 +175,20 @@ struct fused_norm {
     hk::rsqrt(rstd, rstd);
     if constexpr (LAYER) hk::sub_row(s, s, mean);
     hk::mul_row(s, s, rstd);
-    if constexpr (WEIGHT) hk::mul_col(s, s, w);
-    if constexpr (BIAS) hk::add_col(s, s, bias);
+    if constexpr (PACKED_WB) {
+      hk::col_vec<tile> f;
+      if constexpr (WEIGHT) { hk::convert(f, w); hk::mul_col(s, s, f); }
+      if constexpr (BIAS) { hk::convert(f, bias); hk::add_col(s, s, f); }
+    } else {
+      if constexpr (WEIGHT) hk::mul_col(s, s, w);
+      if constexpr (BIAS) hk::add_col(s, s, bias);
+    }
     hk::store<true>(gy, s, r0, 0);
+  }
+
+  HK_INLINE static void load_wb(wb& w, wb& bias, const args& a) {
+    if constexpr (WEIGHT) hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
+    if constexpr (BIAS) hk::load<true>(bias, hk::make_gl(const_cast<T*>(a.bias), 1, COLS, COLS, 1), 0, 0);
   }
 
   // The first row block's inputs are loaded before the weight and bias, so that all are in
@@ -180,13 +201,13 @@ struct fused_norm {
     int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
     inputs in;
     load_block<true>(in, a, r0, 0);
-    hk::col_vec<tile> w, bias;
-    if constexpr (WEIGHT) hk::load<true>(w, hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1), 0, 0);
-    if constexpr (BIAS) hk::load<true>(bias, hk::make_gl(const_cast<T*>(a.bias), 1, COLS, COLS, 1), 0, 0);
+    wb w, bias;
+    load_wb(w, bias, a);
     exact_rows(a, in, w, bias, r0);
     for (b += hk::grid_x(); b < row_blocks; b += hk::grid_x()) {   // a persistent grid's next row blocks
       r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
       load_block<true>(in, a, r0, 0);
+      if constexpr (PACKED_WB) load_wb(w, bias, a);
       exact_rows(a, in, w, bias, r0);
     }
   }

@@ -22,6 +22,9 @@
 //                reductions: max, then sum). hidden > COLS: x is read twice; the first pass keeps a
 //                running max and a sum rescaled to it per thread (online softmax), combined over
 //                the row group once at the end; the second pass writes y.
+//   EXACT        hidden == COLS (the caller guarantees it): the one-pass path only, rows tested
+//                only (hk::load<true> / store<true>: no column compare, no element-wise fallback
+//                in the code). The same results as EXACT = false. Default false.
 //
 // Schedules (hkjit/ops/softmax.py; bf16, 16-byte accesses):
 //   short rows (128)       8 threads per row, 32 rows per block     <hk::bf16, 8, 256, 8, 1, 2>
@@ -45,7 +48,7 @@
 #pragma once
 #include "hk/hk.hpp"
 
-template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS>
+template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, bool EXACT = false>
 struct softmax {
   static constexpr int threads = THREADS;
   static constexpr int dynamic_smem = 0;
@@ -73,18 +76,20 @@ struct softmax {
   // 1 / sum; 0 for a sum of 0 (a row of -inf: zeros out); NaN stays NaN.
   HK_INLINE static float inverse(float s) { return s == 0.0f ? 0.0f : 1.0f / s; }
 
-  // z = x * scale_log2e, tails and missing rows -inf.
+  // z = x * scale_log2e, tails and missing rows -inf. FULL: the columns lie inside the row.
+  template <bool FULL = false>
   HK_INLINE static void scaled(ftile& z, const hk::gl<T>& g, int r0, int c0, float k) {
     tile x;
-    hk::load(x, g, r0, c0, hk::neg_inf());
+    hk::load<FULL>(x, g, r0, c0, hk::neg_inf());
     hk::convert(z, x);
     hk::mul(z, z, k);
   }
 
   // y = z in one-chunk slices (as few fp32 -> T conversions in flight as a chunk).
+  template <bool FULL = false>
   HK_INLINE static void store(const hk::gl<T>& g, ftile& z, int r0, int c0) {
 #pragma unroll
-    for (int s = 0; s < CHUNKS; ++s) hk::store(g, hk::subtile_cols<SLICE>(z, s), r0, c0 + s * SLICE);
+    for (int s = 0; s < CHUNKS; ++s) hk::store<FULL>(g, hk::subtile_cols<SLICE>(z, s), r0, c0 + s * SLICE);
   }
 
   __device__ static void run(const args& a) {
@@ -98,11 +103,11 @@ struct softmax {
       const int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
       rvec m, s;
       ftile z;
-      if (a.hidden <= COLS) {              // the row in registers: one pass over memory
+      if (EXACT || a.hidden <= COLS) {     // the row in registers: one pass over memory
         // Column 0, hidden from the compiler: its per-element bounds tests (the ragged last
         // chunk) would be hoisted out of the row loop and held in scalar registers (CDNA).
-        const int c0 = hk::opaque(0);
-        scaled(z, gx, r0, c0, k);
+        const int c0 = EXACT ? 0 : hk::opaque(0);
+        scaled<EXACT>(z, gx, r0, c0, k);
         hk::row_max(m, z);
 #pragma unroll
         for (int i = 0; i < rvec::n_elems; ++i) m.set(i, offset(m.get(i)));
@@ -112,50 +117,57 @@ struct softmax {
 #pragma unroll
         for (int i = 0; i < rvec::n_elems; ++i) s.set(i, inverse(s.get(i)));
         hk::mul_row(z, z, s);
-        store(gy, z, r0, c0);
+        store<EXACT>(gy, z, r0, c0);
         continue;
       }
-      // Longer rows: this thread's running max m[i] and sum s[i] (of exp2(z - offset(m[i]))).
-      float tm[ftile::row_slots], ts[ftile::row_slots];
+      if constexpr (!EXACT) two_pass(a, gx, gy, r0, k);
+    }
+  }
+
+  // Rows longer than COLS, read twice (the one-pass path's m, s and z, per row group).
+  HK_INLINE static void two_pass(const args& a, const hk::gl<T>& gx, const hk::gl<T>& gy, int r0, float k) {
+    rvec m, s;
+    ftile z;
+    // Longer rows: this thread's running max m[i] and sum s[i] (of exp2(z - offset(m[i]))).
+    float tm[ftile::row_slots], ts[ftile::row_slots];
 #pragma unroll
-      for (int i = 0; i < ftile::row_slots; ++i) tm[i] = hk::neg_inf(), ts[i] = 0.0f;
-      for (int c0 = 0; c0 < a.hidden; c0 += COLS) {
-        scaled(z, gx, r0, c0, k);
-        float bm[ftile::row_slots];
+    for (int i = 0; i < ftile::row_slots; ++i) tm[i] = hk::neg_inf(), ts[i] = 0.0f;
+    for (int c0 = 0; c0 < a.hidden; c0 += COLS) {
+      scaled(z, gx, r0, c0, k);
+      float bm[ftile::row_slots];
 #pragma unroll
-        for (int i = 0; i < ftile::row_slots; ++i) bm[i] = tm[i];
+      for (int i = 0; i < ftile::row_slots; ++i) bm[i] = tm[i];
 #pragma unroll
-        for (int e = 0; e < ftile::n_elems; ++e) bm[ftile::row_slot(e)] = hk::fmax_f(bm[ftile::row_slot(e)], z.get(e));
-#pragma unroll
-        for (int i = 0; i < ftile::row_slots; ++i) {
-          ts[i] *= hk::fast_exp2(tm[i] - offset(bm[i]));   // tm = -inf: ts = 0 stays 0
-          tm[i] = bm[i];
-        }
-#pragma unroll
-        for (int e = 0; e < ftile::n_elems; ++e) ts[ftile::row_slot(e)] += hk::fast_exp2(z.get(e) - offset(tm[ftile::row_slot(e)]));
-      }
-      // Combine the group: the row max, then every thread's sum rescaled to it.
-      float rm[ftile::row_slots];
-#pragma unroll
-      for (int i = 0; i < ftile::row_slots; ++i) rm[i] = tm[i];
-      ftile::template finish_rows<hk::op_max>(rm);
+      for (int e = 0; e < ftile::n_elems; ++e) bm[ftile::row_slot(e)] = hk::fmax_f(bm[ftile::row_slot(e)], z.get(e));
 #pragma unroll
       for (int i = 0; i < ftile::row_slots; ++i) {
-        // This thread's sum was taken at tm (0 when it saw only -inf: nothing to rescale, and
-        // exp2(0 - offset(rm)) may overflow).
-        ts[i] = tm[i] == hk::neg_inf() ? 0.0f : ts[i] * hk::fast_exp2(tm[i] - offset(rm[i]));
-        m.set(i, offset(rm[i]));
+        ts[i] *= hk::fast_exp2(tm[i] - offset(bm[i]));   // tm = -inf: ts = 0 stays 0
+        tm[i] = bm[i];
       }
-      ftile::template finish_rows<hk::op_sum>(ts);
 #pragma unroll
-      for (int i = 0; i < ftile::row_slots; ++i) s.set(i, inverse(ts[i]));
-      for (int c0 = 0; c0 < a.hidden; c0 += COLS) {
-        scaled(z, gx, r0, c0, k);
-        hk::sub_row(z, z, m);
-        hk::exp2(z, z);
-        hk::mul_row(z, z, s);
-        store(gy, z, r0, c0);
-      }
+      for (int e = 0; e < ftile::n_elems; ++e) ts[ftile::row_slot(e)] += hk::fast_exp2(z.get(e) - offset(tm[ftile::row_slot(e)]));
+    }
+    // Combine the group: the row max, then every thread's sum rescaled to it.
+    float rm[ftile::row_slots];
+#pragma unroll
+    for (int i = 0; i < ftile::row_slots; ++i) rm[i] = tm[i];
+    ftile::template finish_rows<hk::op_max>(rm);
+#pragma unroll
+    for (int i = 0; i < ftile::row_slots; ++i) {
+      // This thread's sum was taken at tm (0 when it saw only -inf: nothing to rescale, and
+      // exp2(0 - offset(rm)) may overflow).
+      ts[i] = tm[i] == hk::neg_inf() ? 0.0f : ts[i] * hk::fast_exp2(tm[i] - offset(rm[i]));
+      m.set(i, offset(rm[i]));
+    }
+    ftile::template finish_rows<hk::op_sum>(ts);
+#pragma unroll
+    for (int i = 0; i < ftile::row_slots; ++i) s.set(i, inverse(ts[i]));
+    for (int c0 = 0; c0 < a.hidden; c0 += COLS) {
+      scaled(z, gx, r0, c0, k);
+      hk::sub_row(z, z, m);
+      hk::exp2(z, z);
+      hk::mul_row(z, z, s);
+      store(gy, z, r0, c0);
     }
   }
 };

@@ -115,6 +115,36 @@ def test_strided_rows_in_place_and_schedules_simulated(cache_dir, arch):
     dev.free(xd)
 
 
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("name,shape,dtype,tiles", [
+    ("silu_and_mul", (37, 256), "bfloat16", {"threads": 256, "row_threads": 8, "chunks": 2}),
+    ("gelu_and_mul", (9, 64), "float32", {"threads": 64, "row_threads": 4, "group_rows": 2, "chunks": 2}),
+    ("silu_and_mul", (7, 3, 32), "float16", {"threads": 64, "row_threads": 2, "chunks": 1})])
+def test_exact_rows_simulated(cache_dir, arch, name, shape, dtype, tiles):
+    """exact=1 (rows of exactly the tile's columns: rows tested only, no division of the tile
+    index) gives the general path's results to 2 ULPs, ragged last row block included (the
+    compiler may contract the activation's multiply-adds differently once the loads' branches are
+    gone: fp32 gelu_and_mul had 8 of 288 elements 1-2 ULPs apart on the simulators)."""
+    x = random(shape, dtype)
+    d = x.shape[-1] // 2
+    outs = []
+    for exact in (0, 1):
+        out = np.full(x.shape[:-1] + (d,), np.nan, NP[dtype])
+        getattr(hkjit, name)(x, out=out, device=f"sim:{arch}", exact=exact, **tiles)
+        outs.append(out)
+    ulp = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "float32": 2.0 ** -23}[dtype]     # (relative, at most)
+    np.testing.assert_allclose(np.asarray(outs[1], np.float64), np.asarray(outs[0], np.float64), rtol=2 * ulp, atol=0)
+    assert rel_err(outs[1], reference(name, x)) < TOL[dtype]
+
+
+def test_exact_needs_rows_of_the_tile(cache_dir):
+    with pytest.raises(InvalidArgumentError, match="exact=1 needs rows of exactly the tile's columns"):
+        hkjit.build("silu_and_mul", target="sm_90a", rows=4, cols=100, exact=1)
+    with pytest.raises(InvalidArgumentError, match="exact=1 needs rows"):      # contiguous: one long row
+        hkjit.build("silu", target="sm_90a", rows=4, cols=128, exact=1, row_threads=8, chunks=2)
+
+
 def test_bad_input_is_refused_before_compiling(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("bad input reached the compile stage")
@@ -190,6 +220,18 @@ def test_nvrtc_static(name, rows, cols, strided):
     assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
     cfg = hkjit.ops.get(name).plan("sm_90a", rows=rows, cols=cols, **_layout(strided)).config
     assert cfg["min_blocks"] * cfg["threads"] * result.meta["registers"] <= 65536   # the register cap held
+
+
+@needs_nvrtc
+def test_nvrtc_static_exact():
+    """silu_and_mul with rows of exactly the tile's columns: no spills, 16-byte accesses, none
+    element by element, fewer registers than the general path."""
+    result = nvrtc_compile_op("silu_and_mul", rows=4096, cols=128, exact=1)
+    general = nvrtc_compile_op("silu_and_mul", rows=4096, cols=128)
+    assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
+    assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
+    assert "ld.global.u16" not in result.ptx and "ld.global.b16" not in result.ptx
+    assert result.meta["registers"] < general.meta["registers"]
 
 
 def test_min_blocks_is_checked():

@@ -87,22 +87,23 @@ def test_simulated_in_place(cache_dir, arch):
 def test_simulated_exact_rows_match_the_general_path(cache_dir, arch):
     """exact=1 (cols == the tile's columns: rows tested only, weight and bias kept in registers,
     the default on sm_90a for short rows) gives the general path's bits for every fused norm, with
-    and without weight and bias, dropout on, ragged row counts, a persistent grid."""
+    and without weight and bias, dropout on, ragged row counts, a persistent grid; so does
+    packed_wb=1 (weight and bias kept as the dtype, converted per row, read again per row block)."""
     dev = f"sim:{arch}"
     rows, hidden, dtype = 37, 128, "bfloat16"
     x, r = rand((rows, hidden), dtype, mean=50.0), rand((rows, hidden), dtype)
     w, b = (rng.random(hidden) + 0.5).astype(NP[dtype]), rand((hidden,), dtype)
     for tiles in ({}, dict(row_threads=16, chunks=1, blocks=2)):
         runs = {}
-        for exact in (0, 1):
-            kw = dict(device=dev, exact=exact, **tiles)
+        for run, path in enumerate((dict(exact=0), dict(exact=1), dict(exact=1, packed_wb=1))):
+            kw = dict(device=dev, **path, **tiles)
             out = np.full((rows, hidden), np.nan, NP[dtype])
             hkjit.layer_norm(x, w, b, 1e-5, out=out, **kw)
-            runs[exact] = [out, hkjit.layer_norm(x, None, None, 1e-5, **kw),
-                           *hkjit.add_rms_norm(x, r, w, 1e-6, **kw),
-                           *hkjit.dropout_add_layer_norm(x, r, w, b, 0.2, 1e-5, seed=5, **kw)]
-        for general, exact in zip(runs[0], runs[1]):
-            assert np.array_equal(general, exact)
+            runs[run] = [out, hkjit.layer_norm(x, None, None, 1e-5, **kw),
+                         *hkjit.add_rms_norm(x, r, w, 1e-6, **kw),
+                         *hkjit.dropout_add_layer_norm(x, r, w, b, 0.2, 1e-5, seed=5, **kw)]
+        for general, exact, packed in zip(runs[0], runs[1], runs[2]):
+            assert np.array_equal(general, exact) and np.array_equal(general, packed)
         assert rel_err(runs[1][0], layer_norm_ref(x, w, b, 1e-5)) < TOL[dtype]
 
 
@@ -167,6 +168,10 @@ def test_bad_input_is_refused_before_compiling(cache_dir):
         hkjit.layer_norm(x.astype(np.int32), device=dev)
     with pytest.raises(InvalidArgumentError, match="layer_norm: vec"):
         hkjit.build("layer_norm", target="gfx950", rows=4, hidden=8, dtype="float32", vec=8)
+    with pytest.raises(InvalidArgumentError, match="packed_wb=1 is a choice of the exact path"):
+        hkjit.build("layer_norm", target="sm_90a", rows=4, hidden=100, packed_wb=1)
+    with pytest.raises(InvalidArgumentError, match="packed_wb=2; 0 or 1"):
+        hkjit.build("layer_norm", target="sm_90a", rows=4, hidden=128, packed_wb=2)
     assert not list(cache_dir.rglob("*.co"))
 
 
@@ -189,6 +194,17 @@ def test_amd_static(cache_dir, arch, op, rows, hidden, dtype):
     mix = report.get("instruction_mix")
     if mix:
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
+
+
+@needs_nvrtc
+def test_nvrtc_static_packed_wb():
+    """packed_wb=1 at 128 columns: no spills, fewer registers than fp32 weight and bias (NVRTC 13.5,
+    dropout_add_layer_norm 16384 x 128: 55 -> 48)."""
+    kw = dict(rows=16384, hidden=128, dtype="bfloat16")
+    packed = nvrtc_compile_op("dropout_add_layer_norm", packed_wb=1, **kw)
+    fp32 = nvrtc_compile_op("dropout_add_layer_norm", **kw)
+    assert packed.meta["spills"] == 0 and packed.meta["stack_bytes"] == 0, packed.log
+    assert packed.meta["registers"] < fp32.meta["registers"]
 
 
 @needs_nvrtc

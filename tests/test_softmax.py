@@ -84,6 +84,34 @@ def test_strided_rows_and_in_place_simulated(cache_dir, arch):
     assert rel_err(y, ref) < TOL["bfloat16"]
 
 
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("shape,dtype,tiles", [
+    ((37, 128), "bfloat16", {"threads": 256, "row_threads": 8, "chunks": 2}),
+    ((5, 64), "float32", {"threads": 64, "row_threads": 8, "group_rows": 2, "chunks": 2})])
+def test_exact_rows_simulated(cache_dir, arch, shape, dtype, tiles):
+    """exact=1 (rows of exactly the tile's columns: rows tested only) gives the general path's bits,
+    ragged last row block included; a -inf row still gives zeros."""
+    x = random(shape, dtype)
+    x[1] = -np.inf
+    outs = []
+    for exact in (0, 1):
+        out = np.full(shape, np.nan, NP[dtype])
+        hkjit.softmax(x, scale=0.7, out=out, device=f"sim:{arch}", exact=exact, **tiles)
+        outs.append(out)
+    assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
+    assert np.all(outs[1][1] == 0)
+    rest = np.arange(shape[0]) != 1
+    assert rel_err(outs[1][rest], reference(x[rest], 0.7)) < TOL[dtype]
+
+
+def test_exact_needs_rows_of_the_tile(cache_dir):
+    with pytest.raises(InvalidArgumentError, match="exact=1 needs hidden \\(100\\)"):
+        hkjit.build("softmax", target="sm_90a", rows=4, hidden=100, exact=1)
+    with pytest.raises(InvalidArgumentError, match="exact=2; 0 or 1"):
+        hkjit.build("softmax", target="sm_90a", rows=4, hidden=128, exact=2)
+
+
 def test_bad_input_is_refused_before_compiling(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("bad input reached the compile stage")
@@ -139,6 +167,16 @@ def test_amd_static(cache_dir, arch, rows, hidden, dtype):
     mix = report.get("instruction_mix")
     if mix:
         assert mix["classes"].get("load_16B", 0) > 0, mix["classes"]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("tiles", [{"exact": 1}, {"exact": 1, "threads": 64, "row_threads": 16, "chunks": 1}])
+def test_nvrtc_static_exact(tiles):
+    """The exact path at 128 columns: no spills, 16-byte accesses, none element by element."""
+    result = nvrtc_compile_op("softmax", rows=4096, hidden=128, dtype="bfloat16", **tiles)
+    assert result.meta["spills"] == 0 and result.meta["stack_bytes"] == 0, result.log
+    assert "ld.global.v4.b32" in result.ptx and "st.global.v4.b32" in result.ptx
+    assert "ld.global.u16" not in result.ptx and "ld.global.b16" not in result.ptx
 
 
 @needs_nvrtc

@@ -48,11 +48,13 @@ def same_size_copy(torch, nbytes) -> float:
 HOST_CALLS = 200
 
 
-def _rel_err(got, ref) -> float:
+def rel_err(got, ref) -> float:
+    """The relative error of `got` against `ref` (tuples part by part, the largest; exact outputs such
+    as indices: the fraction that differ)."""
     if isinstance(got, (tuple, list)):
         if not isinstance(ref, (tuple, list)) or len(ref) != len(got):
             raise TypeError(f"the reference peer returns {type(ref).__name__}, not a {len(got)}-tuple like hkjit")
-        return max(_rel_err(g, r) for g, r in zip(got, ref))
+        return max(rel_err(g, r) for g, r in zip(got, ref))
     if not got.is_floating_point():      # indices and other exact outputs: the fraction that differ
         return (got != ref).float().mean().item()
     got, ref = got.float(), ref.float()
@@ -73,13 +75,19 @@ def host_us(torch, fn, args, kwargs) -> float:
     return elapsed / HOST_CALLS * 1e6
 
 
-def run(op, hkjit_fn, quick=False, log=print) -> list:
-    import torch
+def allow_recompiles(torch) -> None:
+    """torch.compile peers are compiled per shape (dynamic=False): raise dynamo's recompile limit so
+    that every shape gets its own kernel rather than falling back to eager."""
     dynamo = getattr(getattr(torch, "_dynamo", None), "config", None)
-    if dynamo is not None:   # every shape is its own specialisation: do not fall back to eager
+    if dynamo is not None:
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(dynamo, name):
                 setattr(dynamo, name, max(getattr(dynamo, name), 256))
+
+
+def run(op, hkjit_fn, quick=False, log=print) -> list:
+    import torch
+    allow_recompiles(torch)
     peak = copy_bandwidth(torch)
     log(f"  device-to-device copy: {peak:.0f} GB/s")
     peers = op.bench_peers(torch)
@@ -93,7 +101,7 @@ def run(op, hkjit_fn, quick=False, log=print) -> list:
         ref = ref_fn(*[a.to(torch.float32, copy=True) if torch.is_tensor(a) and a.is_floating_point() else a
                        for a in args], **kwargs)
         got = hkjit_fn(*args, **kwargs)
-        err = _rel_err(got, ref)
+        err = rel_err(got, ref)
         for fn in peers.values():      # compile (torch.compile) and warm every peer before timing
             fn(*args, **kwargs)
         it = {"i": 0}

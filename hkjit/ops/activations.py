@@ -15,6 +15,10 @@ Schedule (compile-time; every choice a keyword override):
                256-thread block; longer rows are cut into column blocks, one tile per block
     min_blocks (sm_90a) blocks an SM must hold at once, which caps registers: unary 6 blocks of
                256 threads (40 registers), gated gelu forms 4 (64 registers), gated silu no cap
+    exact      (override only, default 0) 1 when a row is exactly the tile's columns
+               (cols = row_threads * vec * chunks): no column tests and no
+               division of the tile index; the same results to 1-2 ULPs (the
+               compiler may contract the activation's multiply-adds differently)
 Run-time: rows, cols, row strides. A grid of one block per tile (at most 2**20 blocks; the
 kernel strides over the rest).
 
@@ -45,7 +49,7 @@ SM_THREADS_UNARY = 1536
 SM_THREADS_GATED = {"gelu": 1024, "gelu_tanh": 1024}
 MAX_ELEMS = 64                      # elements per thread and half in registers (override bound)
 MAX_GRID = 1 << 20
-TILES = ROW_TILES + ("min_blocks",)
+TILES = ROW_TILES + ("min_blocks", "exact")
 MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
 
 
@@ -89,8 +93,12 @@ def configure(name, target, p, tiles, gated, act) -> Config:
     if min_blocks * threads > MAX_SM_THREADS:
         raise InvalidArgumentError(f"{name}: min_blocks={min_blocks} blocks of {threads} threads; at most "
                                    f"{MAX_SM_THREADS} threads fit on an SM")
+    exact = tiles.get("exact", 0)
+    if exact and cols != row_threads * vec * chunks:   # (cols: all elements when read as one long row)
+        raise InvalidArgumentError(f"{name}: exact=1 needs rows of exactly the tile's columns (row_threads * vec * "
+                                   f"chunks = {row_threads * vec * chunks}, the row: {cols}); pass exact=0")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=group_rows,
-                  chunks=chunks, blocks=blocks, min_blocks=min_blocks, flat=rows == 1 and p["rows"] > 1)
+                  chunks=chunks, blocks=blocks, min_blocks=min_blocks, flat=rows == 1 and p["rows"] > 1, exact=exact)
 
 
 class ActivationOp(Op):
@@ -123,8 +131,10 @@ class ActivationOp(Op):
         cfg = configure(self.name, target, p, tiles, self.gated, act)
         kernel_type = (f"eltwise<{DTYPES[cfg['dtype']].cpp}, hk::act::{act}, {str(self.gated).lower()}, {cfg['vec']}, "
                        f"{cfg['threads']}, {cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, "
-                       f"{cfg['min_blocks']}>")
+                       f"{cfg['min_blocks']}{', true' if cfg['exact'] else ''}>")
         params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks")}
+        if cfg["exact"]:     # (left out when 0: the keys of the general path stay as they were)
+            params["exact"] = 1
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_eltwise",
                                        spec_mod.make_params({**params, "act": act, "gated": self.gated}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))
@@ -244,7 +254,7 @@ _ARGS = """
     is allowed; other layouts of device arrays: pass x.contiguous()). fp32 math, one rounding to
     x's dtype. out: optional array of x's shape and dtype (x itself for in place). Tile
     overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks
-    (sm_90a register cap: blocks an SM must hold)."""
+    (sm_90a register cap: blocks an SM must hold), exact (1: rows of exactly the tile's columns)."""
 
 
 def silu(x, *, out=None, device=None, compiler=None, **tile_overrides):
@@ -281,7 +291,8 @@ def silu_and_mul(x, *, out=None, device=None, compiler=None, **tile_overrides):
     The activation applies to the FIRST half of the last dimension and the second half is the
     multiplier, as vLLM's SiluAndMul and FlashInfer's silu_and_mul. x: bf16 / fp16 / fp32, rows
     contiguous (a row stride is allowed); fp32 math, one rounding. out: optional (..., d) array of
-    x's dtype. Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks.
+    x's dtype. Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks,
+    exact (1: rows of exactly the tile's columns, no column tests; the same results to 1-2 ULPs).
     """
     return launch.call(SILU_AND_MUL, (x, out), (), (), device, compiler, tile_overrides)
 

@@ -19,12 +19,15 @@ from ..dtypes import DTYPES, FLOAT_OUTPUTS
 from ..errors import DTypeError, InvalidArgumentError
 from ..op import Binding, Op, Param, Plan
 from . import register
-from ._rowwise import alignment, rows_of
+from ._rowwise import alignment, check_ints, rows_of
 from .rms_norm import MAX_HIDDEN, TILES, configure
 
 SOURCE = "norm.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
 SM_THREADS = 1024                   # sm_90a: threads an SM must hold at once (64-register cap)
+# packed_wb (override only, default 0): on the exact path, weight and bias kept as the dtype (half
+# the registers for 16-bit dtypes) and converted per row instead of held as fp32; the same bits.
+NORM_TILES = TILES + ("packed_wb",)
 
 
 class Args(ctypes.Structure):
@@ -39,7 +42,7 @@ class Args(ctypes.Structure):
 class NormOp(Op):
     shape_params = ("rows", "hidden")
     default_shape = {"rows": 16384, "hidden": 4096}
-    tile_keywords = TILES
+    tile_keywords = NORM_TILES
 
     def __init__(self, name, layer, residual, dropout, arrays, scalars):
         self.name, self.layer, self.residual, self.dropout = name, layer, residual, dropout
@@ -65,16 +68,24 @@ class NormOp(Op):
         # 1024 threads (64 registers each) fit on an SM (H100 sweep, docs/notes/norms.md). LayerNorm
         # also holds the squared deviations: under that cap, 32 elements a thread in a row group of a
         # warp (1024 bf16 columns) spilled 32 bytes (NVRTC 13), 24 none; the group widens instead.
+        check_ints(self.name, tiles, NORM_TILES)
+        packed_wb = tiles.get("packed_wb", 0)
+        tiles = {k: v for k, v in tiles.items() if k != "packed_wb"}
         cfg = configure(target, p, tiles, op=self.name, max_elems=16 if self.dropout else 32,
                         inputs=2 if self.residual else 1, sm_threads=SM_THREADS,
                         warp_row_elems=24 if self.layer and not self.residual else None)
         bias = p.get("bias", False)
+        if packed_wb and not cfg["exact"]:
+            raise InvalidArgumentError(f"{self.name}: packed_wb=1 is a choice of the exact path (rows of exactly the "
+                                       "tile's columns, exact=1); pass packed_wb=0")
         flags = ", ".join(str(v).lower() for v in (self.layer, self.residual, self.dropout, p["weight"], bias))
         kernel_type = (f"fused_norm<{DTYPES[cfg['dtype']].cpp}, {flags}, {cfg['vec']}, {cfg['threads']}, "
                        f"{cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}, "
-                       f"{str(bool(cfg['exact'])).lower()}>")
+                       f"{str(bool(cfg['exact'])).lower()}{', true' if packed_wb else ''}>")
         params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks",
                                       "exact")}
+        if packed_wb:        # (left out when 0: the keys of the other schedules stay as they were)
+            params["packed_wb"] = 1
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_norm",
                                        spec_mod.make_params({**params, "weight": p["weight"], "bias": bias}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))
@@ -202,7 +213,8 @@ def add_rms_norm(x, residual, weight, eps=1e-6, *, out=None, residual_out=None, 
                  **tile_overrides):
     """(rms_norm(s, weight, eps), s) with s = x + residual rounded to x's dtype, in one pass over
     memory. x, residual: (..., hidden) bf16 / fp16 / fp32 (rows may be strided); weight: (hidden,).
-    out may be x and residual_out may be residual (in place). Tile overrides as rms_norm's."""
+    out may be x and residual_out may be residual (in place). Tile overrides as rms_norm's, and
+    packed_wb (1: on the exact path, the weight kept as the dtype and converted per row)."""
     return launch.call(ADD_RMS_NORM, (x, residual, weight, out, residual_out), (eps,), (), device, compiler,
                        tile_overrides)
 

@@ -12,6 +12,9 @@ the row length as rms_norm's does (rows of the same length cost the same there):
     threads, which get 64 registers): rows up to that are read once; longer rows (bf16 rows
     beyond 32768 on sm_90a) are read twice (online max and sum, then the output)
 
+    exact (override only, default 0): 1 when hidden is exactly the tile's columns (row_threads *
+    vec * chunks): the one-pass path alone, no column tests; the same results
+
 Run-time: rows, hidden, row strides and scale * log2(e) (inputs are pre-scaled for exp2).
 """
 
@@ -30,6 +33,7 @@ DTYPES_IN = FLOAT_OUTPUTS
 MAX_HIDDEN = 65536
 LOG2E = 1.4426950408889634
 FLOAT32_MAX = 3.4028234663852886e38
+TILES = ROW_TILES + ("exact",)
 
 
 class Args(ctypes.Structure):
@@ -40,7 +44,7 @@ class Args(ctypes.Structure):
 
 
 def configure(target, p, tiles) -> Config:
-    check_ints("softmax", tiles)
+    check_ints("softmax", tiles, TILES)
     itemsize = DTYPES[p["dtype"]].itemsize
     warp = target.wave_size
     vec = vector_width("softmax", tiles, p["dtype"], itemsize, p["align"])
@@ -57,8 +61,12 @@ def configure(target, p, tiles) -> Config:
                                    "thread; at most 256 (registers)")
     rows_per_block = threads // row_threads * group_rows
     blocks = tiles.get("blocks", cdiv(p["rows"], rows_per_block))
+    exact = tiles.get("exact", 0)
+    if exact and p["hidden"] != row_threads * vec * chunks:
+        raise InvalidArgumentError(f"softmax: exact=1 needs hidden ({p['hidden']}) equal to row_threads * vec * "
+                                   f"chunks ({row_threads * vec * chunks}); pass exact=0")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=group_rows,
-                  chunks=chunks, blocks=blocks, one_pass=p["hidden"] <= row_threads * vec * chunks)
+                  chunks=chunks, blocks=blocks, one_pass=p["hidden"] <= row_threads * vec * chunks, exact=exact)
 
 
 class SoftmaxOp(Op):
@@ -71,7 +79,7 @@ class SoftmaxOp(Op):
     )
     shape_params = ("rows", "hidden")
     default_shape = {"rows": 16384, "hidden": 4096}
-    tile_keywords = ROW_TILES
+    tile_keywords = TILES
     array_names = ("x", "out")
     output_names = ("out",)
     scalar_names = ("scale",)
@@ -83,8 +91,10 @@ class SoftmaxOp(Op):
             raise InvalidArgumentError(f"softmax: align={p['align']} is below the {p['dtype']} element size")
         cfg = configure(target, p, tiles)
         kernel_type = (f"softmax<{DTYPES[cfg['dtype']].cpp}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['group_rows']}, {cfg['chunks']}>")
+                       f"{cfg['group_rows']}, {cfg['chunks']}{', true' if cfg['exact'] else ''}>")
         params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks")}
+        if cfg["exact"]:     # (left out when 0: the keys of the general path stay as they were)
+            params["exact"] = 1
         spec = spec_mod.Specialization("softmax", target, SOURCE, kernel_type, "hkjit_softmax",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
@@ -161,6 +171,7 @@ def softmax(x, *, scale=None, out=None, device=None, compiler=None, **tile_overr
     allowed). scale: a finite number (default 1). out: optional array of x's shape and dtype (x
     itself for in place). Numerically safe: a row of only -inf gives zeros (torch gives NaN
     there); a NaN or +inf in a row makes that row NaN, as torch. Tile overrides: vec, threads,
-    row_threads, group_rows, chunks, blocks.
+    row_threads, group_rows, chunks, blocks, exact (1: hidden is exactly row_threads * vec *
+    chunks; no column tests, the same results).
     """
     return launch.call(SOFTMAX, (x, out), (1.0 if scale is None else scale,), (), device, compiler, tile_overrides)
