@@ -22,6 +22,10 @@ pytestmark = pytest.mark.skipif(not (LIB / "libnvrtc.so.13").exists(),
 # Attention forward and backward defaults, and the narrower row alignments the cp.async producer serves
 ATTENTION = [dict(head_dim=d, causal=c, align=a) for d in (64, 128) for c in (False, True) for a in (16, 8)] + \
             [dict(head_dim=64, causal=True, align=4), dict(head_dim=128, causal=True, varlen=True)]
+# The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
+# its own P V), on the forward alone
+FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False, True) for n in (1, 2)] + \
+          [dict(head_dim=128, causal=True, lean=2, producer="cpasync"), dict(head_dim=64, lean=2, align=4)]
 
 SCRIPT = r"""
 import json, sys
@@ -36,6 +40,8 @@ for name in ops.names():
 for params in json.loads(sys.argv[1]):
     for op in ("attention", "attention_bwd_dkdv"):
         record(f"{op} {params}", hkjit.inspect(op, "sm_90a", **params))
+for params in json.loads(sys.argv[2]):
+    record(f"attention {params}", hkjit.inspect("attention", "sm_90a", **params))
 print(json.dumps(out))
 """
 
@@ -44,7 +50,8 @@ def test_every_default_and_the_attention_variants_compile_clean_with_nvrtc_13_0(
     env = {**os.environ, "LD_PRELOAD": str(LIB / "libnvrtc.so.13"),
            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(LIB), os.environ.get("LD_LIBRARY_PATH")])),
            "HKJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION), json.dumps(FORWARD)],
+                          capture_output=True, text=True,
                           env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
