@@ -39,9 +39,10 @@
 //            writes through the generic proxy, wgmma reads through the async one.
 //   LEAN     (1 or 2; docs/notes/attention_hopper_fwd_sass.md) the consumer loop with fewer instructions:
 //            wgmma descriptors walked (hk::desc_walk: one add of a constant each, not rebuilt from the
-//            address), the row max in four chains a row, and O rescaled after the iteration's P V
-//            wait, outside the ping-pong turn, and only where a row of the warp moved its max. 2 also
-//            lets the softmax run under the warpgroup's own P V (the wait after a branch; see consume).
+//            address), the causal diagonal blocks' key mask as one compare a score, the row max in
+//            four chains a row, and O rescaled after the iteration's P V wait, outside the ping-pong
+//            turn, and only where a row of the warp moved its max. 2 also lets the softmax run under
+//            the warpgroup's own P V (the wait after a branch; see consume).
 #include "attention_hopper_common.cuh"
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
@@ -188,7 +189,21 @@ struct attention_fwd_hopper {
   static __device__ __forceinline__ void softmax(s_t& sc, int j, const seq_t& s, int row0, float sl2, float (&m)[2],
                                                  float (&l)[2], float (&alpha)[2]) {
     const bool edge = (j + 1) * BKV > s.lk || (CAUSAL && (j + 1) * BKV - 1 > row0 + s.lk - s.lq);
-    if (edge) {
+    if (edge && LEAN && CAUSAL) {
+      // A key is masked when it lies past the last key its row sees (the row's diagonal or the
+      // sequence's last key). key = j * BKV + 8 (k / 4) + 2 (thread % 4) + k % 2: the compile-time
+      // part against one limit a row, one compare and one select a score. (Causal only: without it
+      // ptxas sets the limits up on every block, where only a ragged sequence's last one masks.)
+      int lim[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int last = min(s.lk - 1, row0 + s_t::row(0, 2 * r) + s.lk - s.lq);
+        lim[r] = last - j * BKV - 2 * (hk::warpgroup_thread() % 4);
+      }
+#pragma unroll
+      for (int k = 0; k < s_t::regs; ++k)
+        if ((k / 4) * 8 + k % 2 > lim[(k % 4) / 2]) sc.v[0][k] = hk::neg_inf();
+    } else if (edge) {
 #pragma unroll
       for (int k = 0; k < s_t::regs; ++k) {
         const int key = j * BKV + s_t::col(k), row = row0 + s_t::row(0, k);

@@ -36,11 +36,12 @@ kept for comparison. Registers, producer /
 consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
 "lsu" 72 / 216 (producer_regs). `lean` (0, 1 or 2; docs/notes/attention_hopper_fwd_sass.md): the
 consumer loop with fewer instructions, same results: wgmma descriptors walked by constant adds, the
-row max in four chains, O rescaled after the P V wait (outside the ping-pong turn) and only where a
-row's max moved (a warp vote; skipping a multiplication by exactly 1); 2 also runs the softmax under
-the warpgroup's own P V. Per KV block at D128 565 -> 426 SASS instructions (+64 FMUL where the max
-moved), the ping-pong turn 219 -> 81; compile-checked only, not yet run on a GPU. Rejected before
-anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
+causal mask one compare a score, the row max in four chains, O rescaled after the P V wait (outside
+the ping-pong turn) and only where a row's max moved (a warp vote; skipping a multiplication by
+exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block at D128 551 -> 426
+SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; compile-checked
+only, not yet run on a GPU. Rejected before anything compiles, naming the limit: shared memory
+beyond the 227 KiB a block may use.
 """
 
 import ctypes
