@@ -253,6 +253,15 @@ struct attention_fwd_hopper {
   // when no row of the warp's 16 moved, every alpha is exp2(0) = 1 exactly and the multiplications
   // would change nothing (a warp-uniform branch, so skipping it is exact).
   static constexpr bool LATE_RESCALE = LEAN && !OVERLAP;
+  // p of any of the warpgroup's 128 threads (bar.red.or on named barrier `id`), the same in all of
+  // them; passed through a warp vote so that ptxas sees it warp-uniform (else it treats the branch
+  // on it as divergent and moves the loop's descriptor arithmetic back to vector registers).
+  static __device__ __forceinline__ bool warpgroup_any(int id, bool p) {
+    unsigned r;
+    asm volatile("{\n.reg .pred q, a;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred a, %2, %3, q;\nselp.u32 %0, 1, 0, a;\n}"
+                 : "=r"(r) : "r"(unsigned(p)), "r"(id), "r"(hk::WARPGROUP_THREADS) : "memory");
+    return __any_sync(0xffffffffu, r != 0);
+  }
 
   // S = Q K^T of a stage and O += P V of a stage. LEAN: from walked descriptors (each wgmma's one
   // 32-bit add of a constant to a uniform register, the stage's start one multiply-add); else hk's
@@ -335,14 +344,23 @@ struct attention_fwd_hopper {
           if (warp_leader) hk::arrive(empty[prev]);
         };
         // O to block j's max where it moved (block 0's rescale is skipped: O is still 0). LEAN 2 puts
-        // the vote's branch before the wait: the wait then opens a basic block of its own, and ptxas,
-        // which hoists a wgmma wait to the top of its block, leaves it after the softmax, which so runs
-        // under this warpgroup's own P V (FlashAttention-3's intra-warpgroup overlap). LEAN 1 keeps
-        // the default's placement: the wait ahead of the max and the exponentials.
-        const bool moved = __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
+        // the rescale's branch before the wait: the wait then opens a basic block of its own, and
+        // ptxas, which hoists a wgmma wait to the top of its block, leaves it after the softmax, which
+        // so runs under this warpgroup's own P V (FlashAttention-3's intra-warpgroup overlap). LEAN 1
+        // keeps the default's placement, the wait ahead of the max and the exponentials, and a warp's
+        // own vote (its branch holds no wgmma instruction).
         if constexpr (LEAN >= 2) {
-          if (moved) { retire(); rescale(o, alpha); } else { retire(); }
+          // (The branch holds a wgmma wait, which all of a warpgroup's threads must execute as one
+          // instruction: the condition is the warpgroup's, an OR over its 128 threads on named
+          // barrier 1 + consumer, idle since the Q fence.)
+          if (warpgroup_any(1 + consumer, alpha[0] != 1.f || alpha[1] != 1.f)) {
+            retire();
+            rescale(o, alpha);
+          } else {
+            retire();
+          }
         } else {
+          const bool moved = __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
           retire();
           if (moved) rescale(o, alpha);
         }

@@ -274,8 +274,9 @@ def test_lean_loop_sass(params, lean, tmp_path):
     """The consumer loop (docs/notes/attention_hopper_fwd_sass.md): the default's wgmma descriptors sit
     in uniform registers (a warp-uniform warpgroup index: no R2UR); lean walks them (fewer uniform
     instructions), issues no FMUL between its two products (O's rescale moved out of the ping-pong
-    turn) and rescales in a block behind a warp vote's branch; fewer instructions all told. The wait
-    that retires P V: ahead of every exponential in the default and lean=1, after all of them with 2."""
+    turn) and rescales in a block behind a vote's branch; fewer instructions all told. The wait that
+    retires P V: ahead of every exponential in the default and lean=1, after all of them with 2, whose
+    branch then holds the wait and so takes the warpgroup's vote (bar.red.or)."""
     (n, r2ur, uni, fmul), _ = _loop_counts(params, tmp_path)
     (ln, lr2ur, luni, lfmul), loop = _loop_counts({**params, "lean": lean}, tmp_path)
     assert r2ur == 0 and lr2ur == 0
@@ -292,6 +293,8 @@ def test_lean_loop_sass(params, lean, tmp_path):
     retire = [i for i, (op, arg) in enumerate(loop) if op == "WARPGROUP.DEPBAR.LE" and arg.endswith("0x0")]
     assert len(ex2) == 66 and retire
     assert (min(retire) > max(ex2)) if lean == 2 else (min(retire) < min(ex2)), (retire, ex2)
+    # lean=2's branch holds the wait, so its condition is the warpgroup's (bar.red.or), not a warp's
+    assert any(op.startswith("BAR.RED.OR") for op in ops) == (lean == 2)
 
 
 def test_args_layout():
