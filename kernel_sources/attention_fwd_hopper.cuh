@@ -37,10 +37,17 @@
 //            a whole stage in flight at once, nothing through registers, any strides and varlen as
 //            the plain loads. The consumers fence (fence_proxy_async) after each stage wait: cp.async
 //            writes through the generic proxy, wgmma reads through the async one.
+//   LEAN     (1 or 2; docs/notes/attention_hopper_fwd_sass.md) the consumer loop with fewer instructions:
+//            wgmma descriptors walked (hk::desc_walk: one add of a constant each, not rebuilt from the
+//            address), the causal diagonal blocks' key mask as one compare a score, the row max in
+//            four chains a row, and O rescaled after the iteration's P V wait, outside the ping-pong
+//            turn, and only where a row of the warp moved its max. 2 also lets the softmax run under
+//            the warpgroup's own P V (the wait after a branch; see consume).
 #include "attention_hopper_common.cuh"
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
-          bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::cpasync>
+          bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::cpasync,
+          int LEAN = 0>
 struct attention_fwd_hopper {
   static constexpr bool TMA = LOADS == hkjit_attn_hopper::kv_producer::tma;
   static constexpr bool CPASYNC = LOADS == hkjit_attn_hopper::kv_producer::cpasync;
@@ -69,6 +76,9 @@ struct attention_fwd_hopper {
   using p_t = hk::rt_a<T, BKV>;                // P as wgmma's A registers
   using o_t = hk::rt<float, 64, D>;
   struct stage_t { k_t k; v_t v; };
+  using q_walk = hk::desc_walk<q_t, false>;    // LEAN: the products' descriptors, walked (hk/hopper/wgmma.hpp)
+  using k_walk = hk::desc_walk<k_t, false>;
+  using v_walk = hk::desc_walk<v_t, true>;
   struct consumer_t { q_t q; };
   static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + CONSUMERS * int(sizeof(consumer_t)) +
                                       2 * STAGES * 8;
@@ -176,16 +186,44 @@ struct attention_fwd_hopper {
   static __device__ __forceinline__ void softmax(s_t& sc, int j, const seq_t& s, int row0, float sl2, float (&m)[2],
                                                  float (&l)[2], float (&alpha)[2]) {
     const bool edge = (j + 1) * BKV > s.lk || (CAUSAL && (j + 1) * BKV - 1 > row0 + s.lk - s.lq);
-    if (edge) {
+    if (edge && LEAN && CAUSAL) {
+      // A key is masked when it lies past the last key its row sees (the row's diagonal or the
+      // sequence's last key). key = j * BKV + 8 (k / 4) + 2 (thread % 4) + k % 2: the compile-time
+      // part against one limit a row, one compare and one select a score. (Causal only: without it
+      // ptxas sets the limits up on every block, where only a ragged sequence's last one masks.)
+      int lim[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int last = min(s.lk - 1, row0 + s_t::row(0, 2 * r) + s.lk - s.lq);
+        lim[r] = last - j * BKV - 2 * (hk::warpgroup_thread() % 4);
+      }
+#pragma unroll
+      for (int k = 0; k < s_t::regs; ++k)
+        if ((k / 4) * 8 + k % 2 > lim[(k % 4) / 2]) sc.v[0][k] = hk::neg_inf();
+    } else if (edge) {
 #pragma unroll
       for (int k = 0; k < s_t::regs; ++k) {
         const int key = j * BKV + s_t::col(k), row = row0 + s_t::row(0, k);
         if (key >= s.lk || (CAUSAL && key > row + s.lk - s.lq)) sc.v[0][k] = hk::neg_inf();
       }
     }
-    float mx[2] = {hk::neg_inf(), hk::neg_inf()};
+    float mx[2];
+    if constexpr (LEAN) {
+      // Four chains a row, seeded with their first scores (no -inf start), joined by a tree: the
+      // same FMNMX count less two, a quarter of the dependent chain the exponentials wait behind.
+      float c[2][4];                               // row r's scores: k = 4j + 2r + e, i = 2j + e
 #pragma unroll
-    for (int k = 0; k < s_t::regs; ++k) mx[(k % 4) / 2] = fmaxf(mx[(k % 4) / 2], sc.v[0][k]);
+      for (int k = 0; k < s_t::regs; ++k) {
+        const int r = (k % 4) / 2, i = (k / 4) * 2 + k % 2;
+        c[r][i % 4] = i < 4 ? sc.v[0][k] : fmaxf(c[r][i % 4], sc.v[0][k]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) mx[r] = fmaxf(fmaxf(c[r][0], c[r][1]), fmaxf(c[r][2], c[r][3]));
+    } else {
+      mx[0] = mx[1] = hk::neg_inf();
+#pragma unroll
+      for (int k = 0; k < s_t::regs; ++k) mx[(k % 4) / 2] = fmaxf(mx[(k % 4) / 2], sc.v[0][k]);
+    }
     float base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -205,6 +243,37 @@ struct attention_fwd_hopper {
   static __device__ __forceinline__ void rescale(o_t& o, const float (&alpha)[2]) {
 #pragma unroll
     for (int k = 0; k < o_t::regs; ++k) o.v[0][k] *= alpha[(k % 4) / 2];
+  }
+  // LEAN (without OVERLAP) rescales O at the end of the iteration whose softmax moved the max, once
+  // that iteration's P V is retired, not between the next iteration's two products: there the turn
+  // (PINGPONG) is held and the other consumer waits behind its FMULs. And only where the max moved:
+  // when no row of the warp's 16 moved, every alpha is exp2(0) = 1 exactly and the multiplications
+  // would change nothing (a warp-uniform branch, so skipping it is exact).
+  static constexpr bool LATE_RESCALE = LEAN && !OVERLAP;
+  // p of any of the warpgroup's 128 threads (bar.red.or on named barrier `id`), the same in all of
+  // them; passed through a warp vote so that ptxas sees it warp-uniform (else it treats the branch
+  // on it as divergent and moves the loop's descriptor arithmetic back to vector registers).
+  static __device__ __forceinline__ bool warpgroup_any(int id, bool p) {
+    unsigned r;
+    asm volatile("{\n.reg .pred q, a;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred a, %2, %3, q;\nselp.u32 %0, 1, 0, a;\n}"
+                 : "=r"(r) : "r"(unsigned(p)), "r"(id), "r"(hk::WARPGROUP_THREADS) : "memory");
+    return __any_sync(0xffffffffu, r != 0);
+  }
+
+  // S = Q K^T of a stage and O += P V of a stage. LEAN: from walked descriptors (each wgmma's one
+  // 32-bit add of a constant to a uniform register, the stage's start one multiply-add); else hk's
+  // tile forms, which rebuild every descriptor from the tile's address (mask, shift, or).
+  static __device__ __forceinline__ void scores(s_t& sc, const consumer_t& mine, const stage_t* ring, int stage) {
+    if constexpr (LEAN)
+      hk::mma_ABt(sc, q_walk::of(mine.q), k_walk::of(ring[0].k).plus(stage, sizeof(stage_t)), false);
+    else
+      hk::mma_ABt(sc, mine.q, ring[stage].k, false);
+  }
+  static __device__ __forceinline__ void accumulate(o_t& o, const p_t& p, const stage_t* ring, int stage) {
+    if constexpr (LEAN)
+      hk::mma_AB(o, p, v_walk::of(ring[0].v).plus(stage, sizeof(stage_t)), true);
+    else
+      hk::mma_AB(o, p, ring[stage].v, true);
   }
 
   static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
@@ -233,7 +302,7 @@ struct attention_fwd_hopper {
       hk::wait(full[0], 0);
       if constexpr (CPASYNC) hk::fence_proxy_async();         // the stage's cp.async writes, for wgmma
       turn_wait(consumer);
-      hk::mma_ABt(sc, mine.q, ring[0].k, false);
+      scores(sc, mine, ring, 0);
       turn_pass(consumer);
       hk::mma_wait<0>();
       hk::fence_operand(sc);
@@ -257,14 +326,43 @@ struct attention_fwd_hopper {
         hk::pack_a(p, sc);                                    // P_(j-1)
       }
       turn_wait(consumer);
-      hk::mma_ABt(sc, mine.q, ring[st].k, false);             // S_j
-      rescale(o, alpha);                                      // O to block j - 1's max, then
-      hk::mma_AB(o, p, ring[prev].v, true);                   //   O += P_(j-1) V_(j-1)
+      scores(sc, mine, ring, st);                             // S_j
+      if constexpr (!LATE_RESCALE) rescale(o, alpha);         // O to block j - 1's max, then
+      accumulate(o, p, ring, prev);                           //   O += P_(j-1) V_(j-1)
       turn_pass(consumer);
       hk::mma_wait<1>();                                      // S_j is in; P V still running
       hk::fence_operand(sc);
       softmax(sc, j, s, row0, sl2, m, l, alpha);
-      if constexpr (!OVERLAP) {
+      if constexpr (LATE_RESCALE) {
+        auto retire = [&] {                                   // P_(j-1) V_(j-1) done: release stage j - 1
+          hk::mma_wait<0>();
+          hk::fence_operand(o);
+          hk::fence_operand(p);
+          if (warp_leader) hk::arrive(empty[prev]);
+        };
+        // O to block j's max where it moved (block 0's rescale is skipped: O is still 0). LEAN 2 puts
+        // the rescale's branch before the wait: the wait then opens a basic block of its own, and
+        // ptxas, which hoists a wgmma wait to the top of its block, leaves it after the softmax, which
+        // so runs under this warpgroup's own P V (FlashAttention-3's intra-warpgroup overlap). LEAN 1
+        // keeps the default's placement, the wait ahead of the max and the exponentials, and a warp's
+        // own vote (its branch holds no wgmma instruction).
+        if constexpr (LEAN >= 2) {
+          // (The branch holds a wgmma wait, which all of a warpgroup's threads must execute as one
+          // instruction: the condition is the warpgroup's, an OR over its 128 threads on named
+          // barrier 1 + consumer, idle since the Q fence.)
+          if (warpgroup_any(1 + consumer, alpha[0] != 1.f || alpha[1] != 1.f)) {
+            retire();
+            rescale(o, alpha);
+          } else {
+            retire();
+          }
+        } else {
+          const bool moved = __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
+          retire();
+          if (moved) rescale(o, alpha);
+        }
+        hk::pack_a(p, sc);
+      } else if constexpr (!OVERLAP) {
         // (ptxas 13.5 hoists this wait to the top of its basic block, ahead of the max and the
         // exponentials, so the overlap inside the warpgroup is lost; the two consumers' ping-pong
         // still overlaps one's softmax with the other's products. docs/notes/attention_hopper.md.)
@@ -283,8 +381,8 @@ struct attention_fwd_hopper {
         if (blocks >= 2 && warp_leader) hk::arrive(empty[prev]);
         hk::pack_a(p, sc);
       }
-      rescale(o, alpha);
-      hk::mma_AB(o, p, ring[st].v, true);
+      if constexpr (!LATE_RESCALE) rescale(o, alpha);
+      accumulate(o, p, ring, st);
       hk::mma_wait<0>();
       hk::fence_operand(o);
       hk::fence_operand(p);
@@ -323,6 +421,9 @@ struct attention_fwd_hopper {
   // ---- entry ---------------------------------------------------------------------------------------
   static __device__ void run(const args& g) {
     extern __shared__ unsigned char smem_raw[];
+    // (Rounding through an integer loses the shared state space: the Q tile's four stores a thread are
+    // generic ST.E. Offsetting smem_raw by a pad from its shared address instead makes them STS but
+    // costs the consumer loop 0-5 instructions an iteration, never fewer (both NVRTCs), so it stays.)
     unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
     stage_t* ring = reinterpret_cast<stage_t*>(base);
     consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
@@ -341,7 +442,10 @@ struct attention_fwd_hopper {
     __syncthreads();
     // The KV block count is worked out after the register split, in each role: NVRTC 13.0's ptxas
     // spilled it to local memory when it was live across setmaxnreg (13.5 does not).
-    const int wg = hk::warpgroup_id();
+    // Warp-uniform by construction (lane 0's value): ptxas then keeps what derives from it, the
+    // consumer's Q tile address and its wgmma descriptors, in uniform registers (threadIdx.x / 128
+    // put them in vector registers, moved over by 2 R2UR a wgmma; 2-30 fewer instructions an iteration).
+    const int wg = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       const int blocks = kv_blocks(s, blockIdx.x * BQ);

@@ -2,10 +2,10 @@
 consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
 ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
 (tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
-The variants (`overlap`, `producer="lsu"` / `"tma"` beside the default "cpasync",
+The variants (`overlap`, `lean`, `producer="lsu"` / `"cpasync"` beside the default "tma",
 docs/notes/attention_hopper.md) run through the same cases, plus bnhd / fp16 / GQA, new pointers on a
 repeat call (the tensor maps follow) and the refusals that need real pointers (TMA on 4-byte rows,
-TMA with varlen); "lsu" and overlap also through the 4-byte rows and the varlen lengths.
+TMA with varlen); "lsu", overlap and lean also through the 4-byte rows and the varlen lengths.
 Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -26,9 +26,14 @@ VARIANTS = [dict(producer="lsu", overlap=1), dict(producer="lsu", overlap=1, blo
             dict(producer="tma", overlap=1, block_kv=64, stages=4, pingpong=0), dict(producer="tma", consumers=1),
             dict(producer="lsu"), dict(producer="lsu", block_kv=64, stages=4),
             dict(producer="cpasync", overlap=1), dict(producer="cpasync", overlap=1, block_kv=64, stages=4, pingpong=0),
-            dict(producer="cpasync", consumers=1)]
+            dict(producer="cpasync", consumers=1),
+            # lean: walked wgmma descriptors, O rescaled late and only where the max moved; 2: the softmax
+            # under its own P V (alone and beside the overrides they compose with)
+            dict(lean=1), dict(lean=2), dict(lean=1, block_kv=64, stages=4), dict(lean=2, producer="cpasync"),
+            dict(lean=2, consumers=1), dict(lean=2, pingpong=0), dict(lean=1, overlap=1),
+            dict(lean=2, block_kv=64, stages=4)]
 # the tile sets that serve every input (varlen, 4-byte rows): the default producer "cpasync" and "lsu"
-ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4)]
+ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4), dict(lean=1), dict(lean=2)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),

@@ -53,7 +53,14 @@ VARIANTS = [dict(head_dim=128, overlap=ov, producer=pr, stages=st, block_kv=kv, 
             dict(head_dim=128, producer="cpasync", causal=True, varlen=True, dtype="float16", align=4),
             dict(head_dim=128, producer="cpasync", consumers=1, causal=True),
             dict(head_dim=128, producer="cpasync", overlap=1, pingpong=0, block_kv=64),
-            dict(head_dim=64, producer="cpasync", block_kv=128, dtype="float16")]
+            dict(head_dim=64, producer="cpasync", block_kv=128, dtype="float16")] + \
+           [dict(head_dim=128, lean=1), dict(head_dim=64, lean=1, causal=True),
+            dict(head_dim=128, lean=1, causal=True, varlen=True, dtype="float16"),
+            dict(head_dim=64, lean=1, align=4), dict(head_dim=128, lean=1, block_kv=64, stages=4, causal=True),
+            dict(head_dim=128, lean=1, consumers=1), dict(head_dim=64, lean=1, overlap=1, pingpong=0),
+            dict(head_dim=128, lean=1, producer="lsu", block_kv=64), dict(head_dim=128, lean=2, causal=True),
+            dict(head_dim=64, lean=2), dict(head_dim=128, lean=2, producer="cpasync", varlen=True),
+            dict(head_dim=64, lean=2, block_kv=64, stages=4, align=8)]
 
 
 @needs_nvrtc
@@ -249,6 +256,47 @@ def test_variant_sass(params, tmp_path):
         assert len(ex2) >= 32 and min(ex2) > s_wait[0]
 
 
+def _loop_counts(params, tmp_path):
+    """The consumer loop's SASS of `params`: (instructions, R2UR, uniform datapath, FMUL) and the loop."""
+    loop = _main_loop(_sass(_compile(params)[1].code, tmp_path))
+    ops = [op for op, _ in loop if op != "LABEL"]
+    return (len(ops), sum(o.startswith("R2UR") for o in ops),
+            sum(o.startswith(("U", "R2UR", "S2UR", "VOTEU")) for o in ops), ops.count("FMUL")), loop
+
+
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("nvdisasm") is None,
+                    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("lean", [1, 2])
+@pytest.mark.parametrize("params", [dict(head_dim=128), dict(head_dim=64, causal=True),
+                                    dict(head_dim=128, causal=True, producer="cpasync")], ids=str)
+def test_lean_loop_sass(params, lean, tmp_path):
+    """The consumer loop (docs/notes/attention_hopper_fwd_sass.md): the default's wgmma descriptors sit
+    in uniform registers (a warp-uniform warpgroup index: no R2UR); lean walks them (fewer uniform
+    instructions), issues no FMUL between its two products (O's rescale moved out of the ping-pong
+    turn) and rescales in a block behind a vote's branch; fewer instructions all told. The wait that
+    retires P V: ahead of every exponential in the default and lean=1, after all of them with 2, whose
+    branch then holds the wait and so takes the warpgroup's vote (bar.red.or)."""
+    (n, r2ur, uni, fmul), _ = _loop_counts(params, tmp_path)
+    (ln, lr2ur, luni, lfmul), loop = _loop_counts({**params, "lean": lean}, tmp_path)
+    assert r2ur == 0 and lr2ur == 0
+    assert luni < uni - 16, (uni, luni)
+    assert fmul == lfmul >= params["head_dim"] // 2        # the same rescale, moved (+2 FMUL: the max's scale)
+    assert ln - lfmul < n - fmul - 16, (n, ln)
+    ops = [op for op, _ in loop]
+    mmas = [i for i, op in enumerate(ops) if op.startswith("HGMMA")]
+    assert "FMUL" not in ops[mmas[0]:mmas[-1]], ops[mmas[0]:mmas[-1]]
+    vote = ops.index("VOTE.ANY")
+    skip = next(i for i in range(vote, len(ops)) if ops[i] == "BRA")
+    assert ops[skip:].count("FMUL") >= params["head_dim"] // 2      # the rescale, after the vote's branch
+    ex2 = [i for i, op in enumerate(ops) if op == "MUFU.EX2"]
+    retire = [i for i, (op, arg) in enumerate(loop) if op == "WARPGROUP.DEPBAR.LE" and arg.endswith("0x0")]
+    assert len(ex2) == 66 and retire
+    assert (min(retire) > max(ex2)) if lean == 2 else (min(retire) < min(ex2)), (retire, ex2)
+    # lean=2's branch holds the wait, so its condition is the warpgroup's (bar.red.or), not a warp's
+    assert any(op.startswith("BAR.RED.OR") for op in ops) == (lean == 2)
+
+
 def test_args_layout():
     assert ctypes.sizeof(F.Args) == 200   # attention_fwd_hopper.cuh static_asserts the same
     assert F.Args.q_sb.offset == 56 and F.Args.batch.offset == 176 and F.Args.scale_log2.offset == 196
@@ -295,15 +343,17 @@ def test_default_table_and_limits():
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
         F.configure(parse("gfx950"), p, {})
     # the variants: defaults off, values checked, the combinations they cannot run refused
-    assert (c["overlap"], c["producer"]) == (0, "tma") and F.PRODUCER_REGS["lsu"] == 72
+    assert (c["overlap"], c["producer"], c["lean"]) == (0, "tma", 0) and F.PRODUCER_REGS["lsu"] == 72
     assert F.consumer_regs(2, "tma") == 240 and F.consumer_regs(1, "tma") == 240
     t = F.configure(SM90, p, dict(producer="tma", overlap=1))
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
     assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma>")
     assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::tma>")
+    assert F.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
+    assert F.kernel_type(F.configure(SM90, p, dict(lean=2))).endswith("::tma, 2>")
     cp = F.configure(SM90, p, dict(producer="cpasync"))
     assert F.checks(cp) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
-    assert F.dynamic_smem(t) == F.dynamic_smem(cp)      # TMA fills the same swizzled stages
+    assert F.dynamic_smem(t) == F.dynamic_smem(c) == F.dynamic_smem(cp)    # TMA fills the same swizzled stages
     # cp.async: the lean split, the plain loads' argument block and shared memory; whatever "lsu"
     # serves (varlen, 4- and 8-byte rows) it serves, with the same load width
     for extra in ({}, {"varlen": True}, {"align": 4}, {"align": 8, "causal": True}):
@@ -315,7 +365,8 @@ def test_default_table_and_limits():
         assert F.args_type(a) is F.Args and F.dynamic_smem(a) == F.dynamic_smem(plain)
     with pytest.raises(InvalidArgumentError, match="stages >= 3"):
         F.configure(SM90, p, dict(overlap=1, stages=2))
-    for bad in (dict(overlap=2), dict(overlap=True), dict(producer="cp.async"), dict(producer=1)):
+    for bad in (dict(overlap=2), dict(overlap=True), dict(producer="cp.async"), dict(producer=1), dict(lean=3),
+                dict(lean=True)):
         with pytest.raises(InvalidArgumentError, match="valid choices"):
             F.configure(SM90, p, bad)
     with pytest.raises(InvalidArgumentError, match="varlen"):
@@ -368,7 +419,7 @@ def test_tma_maps():
 
 def test_fill_checks_alignment():
     cfg = F.configure(SM90, dict(head_dim=64, dtype="bfloat16", causal=False, varlen=False, align=16),
-                      {"producer": "cpasync"})
+                      {"producer": "cpasync"})      # no tensor maps: nothing to encode without a driver
     kw = dict(q=1024, k=2048, v=4096, o=8192, lse=0, q_strides=(0, 64, 64), k_strides=(0, 64, 64),
               v_strides=(0, 64, 64), o_strides=(0, 64, 64), lse_strides=(0, 8, 1), cu_seqlens_q=0, cu_seqlens_k=0,
               batch=1, heads=1, kv_heads=1, n_q=8, n_k=8, scale=0.125, workspace=0)

@@ -24,6 +24,10 @@ ATTENTION = [dict(head_dim=d, causal=c, align=a) for d in (64, 128) for c in (Fa
             [dict(head_dim=64, causal=True, align=4), dict(head_dim=128, causal=True, varlen=True)]
 # Backward-only variants: the TMA producer (24 registers; its dQ warp spilled there until it was made lean)
 BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) for c in (False, True)]
+# The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
+# its own P V), on the forward alone
+FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False, True) for n in (1, 2)] + \
+          [dict(head_dim=128, causal=True, lean=2, producer="cpasync"), dict(head_dim=64, lean=2, align=4)]
 
 SCRIPT = r"""
 import json, sys
@@ -40,6 +44,8 @@ for params in json.loads(sys.argv[1]):
         record(f"{op} {params}", hkjit.inspect(op, "sm_90a", **params))
 for params in json.loads(sys.argv[2]):
     record(f"attention_bwd_dkdv {params}", hkjit.inspect("attention_bwd_dkdv", "sm_90a", **params))
+for params in json.loads(sys.argv[3]):
+    record(f"attention {params}", hkjit.inspect("attention", "sm_90a", **params))
 print(json.dumps(out))
 """
 
@@ -48,8 +54,8 @@ def test_every_default_and_the_attention_variants_compile_clean_with_nvrtc_13_0(
     env = {**os.environ, "LD_PRELOAD": str(LIB / "libnvrtc.so.13"),
            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(LIB), os.environ.get("LD_LIBRARY_PATH")])),
            "HKJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION), json.dumps(BACKWARD)],
-                          capture_output=True, text=True, env=env, timeout=1200)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION), json.dumps(BACKWARD),
+                           json.dumps(FORWARD)], capture_output=True, text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["version"] == "13.0", got["version"]      # the preloaded library, not the environment's

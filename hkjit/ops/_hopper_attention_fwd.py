@@ -34,8 +34,14 @@ varlen) batches, refused otherwise (the default falls back to "cpasync" there). 
 vector loads of 128 threads through registers (4 loads in flight a thread): the earlier default,
 kept for comparison. Registers, producer /
 consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
-"lsu" 72 / 216 (producer_regs). Rejected before anything compiles, naming the limit: shared
-memory beyond the 227 KiB a block may use.
+"lsu" 72 / 216 (producer_regs). `lean` (0, 1 or 2; docs/notes/attention_hopper_fwd_sass.md): the
+consumer loop with fewer instructions, same results: wgmma descriptors walked by constant adds, the
+causal mask one compare a score, the row max in four chains, O rescaled after the P V wait (outside
+the ping-pong turn) and only where a row's max moved (a warp vote; skipping a multiplication by
+exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block at D128 551 -> 426
+SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; compile-checked
+only, not yet run on a GPU. Rejected before anything compiles, naming the limit: shared memory
+beyond the 227 KiB a block may use.
 """
 
 import ctypes
@@ -50,12 +56,12 @@ from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
-TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer")
+TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer", "lean")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma"),
-             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma")}
+_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0),
+             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0)}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
-            "producer": ("lsu", "tma", "cpasync")}
+            "producer": ("lsu", "tma", "cpasync"), "lean": (0, 1, 2)}
 # setmaxnreg of the producer warpgroup (2 consumers). cp.async: 24 would do for NVRTC 13.5, but 13.0
 # (what torch's CUDA 13.0 wheels bring) spilled there; with 8- or 4-byte rows (2-4x the copies a stage)
 # it keeps the plain loads' 72.
@@ -132,14 +138,15 @@ def configure(target, p: dict, tiles: dict) -> Config:
 
 def template_params(cfg) -> dict:
     return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec",
-                                "pingpong", "overlap", "producer")}
+                                "pingpong", "overlap", "producer", "lean")}
 
 
 def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
+    lean = f", {int(cfg['lean'])}" if cfg["lean"] else ""      # LEAN: left out at 0, so the default's string stays
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
             f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
-            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}>")
+            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}{lean}>")
 
 
 def threads(cfg) -> int:

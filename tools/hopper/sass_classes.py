@@ -6,11 +6,17 @@ KV block runs), and dump hkjit's attention forward cubin for a tile configuratio
 
     python3 tools/hopper/sass_classes.py count LISTING.sass 3670-61d0,45d0-4de0 [RANGE ...]
     PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-fwd OUT_PREFIX "{'block_kv': 128}"
+    PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-fwd OUT_PREFIX "{'head_dim': 64, 'causal': True, 'lean': 2}"
+    python3 tools/hopper/sass_classes.py loop A.sass B.sass ...      # the consumer loop, side by side
 
 Ranges are hex byte addresses as nvdisasm prints them (/*3670*/), END inclusive; after the first
 range, comma-separated START-END pairs are skipped. `hkjit-fwd` writes OUT_PREFIX.{cu,cubin,ptx,log}
 (bf16, head dim 128, non-causal, dense, 16-byte aligned; NVRTC, the options hkjit pins) and, when
-nvdisasm is on PATH, OUT_PREFIX.sass. docs/notes/attention_hopper_vs_fa3.md uses both.
+nvdisasm is on PATH, OUT_PREFIX.sass; "head_dim", "causal", "dtype", "varlen" and "align" in the dict
+set the call instead of the tiles. `loop` finds the forward's consumer loop in each listing by itself
+and counts the paths a KV block takes through it (fast: no edge mask, no max moved; max moved; longest),
+the ping-pong turn and where the wait retiring P V sits. docs/notes/attention_hopper_vs_fa3.md and
+attention_hopper_fwd_sass.md use them.
 """
 from __future__ import annotations
 
@@ -81,6 +87,113 @@ def count(instrs, spec: str) -> tuple[Counter, Counter]:
     return classes, ops
 
 
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_BRANCH = re.compile(r"^(@!?U?P\w+\s+)?BRA(\.\S+)?\s+(!?U?P\w+,\s*)?`\((\.L_x_\d+)\)")
+
+
+def labels_and_branches(path) -> tuple[dict, list[tuple[int, str, bool]]]:
+    """Label -> address of the instruction after it; (address, target label, conditional) per BRA."""
+    labels, branches, pending = {}, [], []
+    for line in open(path):
+        m = _LABEL.match(line.strip())
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _LINE.search(line)
+        if not m:
+            continue
+        addr, text = int(m.group(1), 16), m.group(2).strip()
+        for name in pending:
+            labels[name] = addr
+        pending = []
+        b = _BRANCH.match(text)
+        if b:
+            branches.append((addr, b.group(4), bool(b.group(1))))
+    return labels, branches
+
+
+def consumer_loop(path) -> tuple[int, int]:
+    """(first, last) address of the attention forward's consumer main loop: the shortest backward
+    branch whose body holds HGMMAs with A in registers (O += P V; out-of-line wait retries jump back
+    from the function's end, their spans are longer)."""
+    instrs = parse(path)
+    labels, branches = labels_and_branches(path)
+    best = None
+    for addr, target, _ in branches:
+        lo = labels.get(target)
+        if lo is None or lo >= addr:
+            continue
+        if any(lo <= a <= addr and re.match(r"HGMMA\S* R\d+, R\d+, gdesc", t) for a, t in instrs):
+            if best is None or addr - lo < best[1] - best[0]:        # the innermost such loop
+                best = (lo, addr)
+    if best is None:
+        raise SystemExit(f"{path}: no loop with register-A HGMMAs")
+    return best
+
+
+# Paths through the loop body, one per objective (a key to minimise over the instructions a path runs):
+PATHS = (
+    ("fast path", lambda ops: (len(ops),)),                           # no edge mask, no max moved
+    ("max moved", lambda ops: (-ops.count("FMUL"), len(ops))),        # + O's rescale, still no mask
+    ("longest", lambda ops: (-len(ops),)),                             # an edge block whose max moved
+)
+
+
+def loop_path(path, lo: int, hi: int, key) -> list[str]:
+    """The instructions of the path from the loop's head to its back edge that minimises key(opcodes).
+    A conditional branch inside the body may go either way; branches out of it (wait retries) are not
+    taken; the body holds no other backward branch."""
+    labels, branches = labels_and_branches(path)
+    body = [(a, t) for a, t in parse(path) if lo <= a <= hi]
+    index = {a: i for i, (a, _) in enumerate(body)}
+    jumps = {a: (labels[t], cond) for a, t, cond in branches if lo <= a < hi and lo < labels.get(t, -1) <= hi}
+    best = [None] * (len(body) + 1)
+    best[len(body)] = []
+    for i in range(len(body) - 1, -1, -1):
+        a, text = body[i]
+        nexts = [i + 1]
+        if a in jumps:
+            target = index[jumps[a][0]]
+            nexts = [i + 1, target] if jumps[a][1] else [target]
+        best[i] = [text] + min((best[n] for n in nexts), key=lambda p: key([opcode(t) for t in p]))
+    return best[0]
+
+
+def loop_facts(body: list[str]) -> tuple[int, str]:
+    """(instructions of the ping-pong turn: from the loop's named-barrier wait to its arrive, i.e. what
+    the other consumer waits behind; how many of the path's MUFU.EX2 come before its last full wgmma
+    wait `WARPGROUP.DEPBAR.LE gsb0, 0x0` (the one that retires P V): all of them = the softmax runs
+    under this warpgroup's own P V, none = the wait sits ahead of it)."""
+    sync = next((i for i, t in enumerate(body) if opcode(t).startswith("BAR.SYNC")), None)
+    arv = next((i for i, t in enumerate(body) if opcode(t).startswith("BAR.ARV")), None)
+    turn = arv - sync - 1 if sync is not None and arv is not None else 0
+    ex2 = [i for i, t in enumerate(body) if opcode(t) == "MUFU.EX2"]
+    waits = [i for i, t in enumerate(body) if opcode(t) == "WARPGROUP.DEPBAR.LE" and t.rstrip().endswith("0x0")]
+    before = sum(i < waits[-1] for i in ex2) if waits else 0
+    return turn, f"{before}/{len(ex2)}"
+
+
+def _loop_main(listings: list[str]) -> None:
+    """Per listing, the consumer loop a KV block runs: its fast path by class, the path where some row's
+    max moved (lean's rescale is behind a branch), the longest path, the turn and the wait's place."""
+    paths = {}
+    for listing in listings:
+        lo, hi = consumer_loop(listing)
+        paths[listing] = (f"{lo:x}-{hi:x}", {name: loop_path(listing, lo, hi, key) for name, key in PATHS})
+    fast = {x: Counter(classify(opcode(t)) for t in p[1]["fast path"]) for x, p in paths.items()}
+    names = [n for n, _ in CLASSES if any(c[n] for c in fast.values())]
+    row = lambda label, values: print(label.ljust(28), *(str(v).rjust(16) for v in values))
+    row("per warp, per KV block", (Path(x).stem for x in listings))
+    row("loop", (p[0] for p in paths.values()))
+    for name, _ in PATHS:
+        row(f"total, {name}", (len(p[1][name]) for p in paths.values()))
+    for n in names:
+        row(f"  {n}", (c[n] for c in fast.values()))
+    facts = [loop_facts(p[1]["fast path"]) for p in paths.values()]
+    row("ping-pong turn", (f[0] for f in facts))
+    row("EX2 before the P V wait", (f[1] for f in facts))
+
+
 def _count_main(listing: str, specs: list[str]) -> None:
     instrs = parse(listing)
     for spec in specs:
@@ -97,7 +210,9 @@ def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
     from hkjit.ops import _hopper_attention_fwd as F
     from hkjit.targets import parse as parse_target
     sm90 = parse_target("sm_90a")
-    cfg = F.configure(sm90, dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16), tiles)
+    params = dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16)
+    params.update({k: tiles.pop(k) for k in list(tiles) if k in params})
+    cfg = F.configure(sm90, params, tiles)
     checks = (("threads", F.threads(cfg)), ("dynamic_smem", F.dynamic_smem(cfg))) + F.checks(cfg)
     spec = spec_mod.Specialization("attention", sm90, F.SOURCE, F.kernel_type(cfg), "hkjit_attention", (), checks)
     source = spec_mod.render(spec)
@@ -120,6 +235,8 @@ def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "count":
         _count_main(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "loop":
+        _loop_main(sys.argv[2:])
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "hkjit-fwd":
         _hkjit_fwd_main(sys.argv[2], ast.literal_eval(sys.argv[3]) if len(sys.argv) == 4 else {})
     else:

@@ -34,6 +34,34 @@ template <class ST> HK_INLINE u64 desc_mnmajor(const ST& t, int k16, int chunk0 
                    ST::chunk_bytes, 8 * ST::swizzle_bytes, ST::swizzle_bytes);
 }
 
+// A tile's descriptors, walked: the descriptors of its k16 steps (and of its 64-row blocks, of a
+// ring's stages) differ only in the start-address field (bits 0-13: byte address >> 4) and shared
+// addresses stay below 2^18 bytes, so that field never carries into the LBO above it. Holding the
+// low word of the tile's first descriptor (in a uniform register when the tile's address is
+// warp-uniform) makes each step's descriptor one 32-bit add of a constant, with a constant high
+// word, where desc_kmajor / desc_mnmajor redo the mask, shift and or from the address every time.
+// MN: the M/N-major form (desc_mnmajor), else the K-major one (desc_kmajor). at(k, sub) equals
+// desc_kmajor(t, k, sub) (sub: its row0, in rows) / desc_mnmajor(t, k, sub) (sub: its chunk0) of the
+// tile the walk started from.
+template <class ST, bool MN> struct desc_walk {
+  static constexpr u32 mode = ST::swizzle_bytes == 128 ? 1 : ST::swizzle_bytes == 64 ? 2 : 3;
+  static constexpr u32 lbo = MN ? ST::chunk_bytes : 16, sbo = MN ? 8 * ST::swizzle_bytes : 1024;
+  static constexpr u32 hi = (sbo >> 4) | (mode << 30);
+  static_assert(MN || ST::cols % 64 == 0, "K-major wgmma operand: whole 64-wide (128-byte) chunks of K");
+  static_assert((lbo >> 4) < (1u << 14), "LBO field: 14 bits");
+  u32 lo;
+  HK_INLINE static desc_walk of(u32 addr) { return {(addr >> 4) + ((lbo >> 4) << 16)}; }
+  HK_INLINE static desc_walk of(const ST& t) { return of(smem_addr(t.data)); }
+  // Byte offset of step k16 (and of row / chunk `sub`) from the tile's start.
+  HK_HD static constexpr u32 offset(int k16, int sub = 0) {
+    return MN ? sub * ST::chunk_bytes + k16 * 16 * ST::swizzle_bytes
+              : (k16 / 4) * ST::chunk_bytes + sub * 128 + (k16 % 4) * 32;
+  }
+  HK_INLINE u64 at(int k16, int sub = 0) const { return (u64(hi) << 32) | (lo + (offset(k16, sub) >> 4)); }
+  // The same walk n strides of `stride` bytes (a multiple of 16) further on: stage n of a ring.
+  HK_INLINE desc_walk plus(int n, u32 stride) const { return {lo + u32(n) * (stride >> 4)}; }
+};
+
 HK_INLINE void mma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 HK_INLINE void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> HK_INLINE void mma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
@@ -152,6 +180,30 @@ template <class RT, int NACC, class STA, class STB>
 HK_INLINE void mma_AtBt(RT (&d)[NACC], const STA& a, const STB& b, bool acc = true) {
   static_assert(STA::rows == STB::cols && RT::rows == STA::cols && RT::cols == STB::rows, "mma_AtBt shapes");
   detail::mma<true, false, NACC>(d, a, b, acc);
+}
+
+// The same products from walked descriptors (desc_walk), one 64-row block of acc, one commit group:
+// acc (+)= A * B^T with A: st<64, K> and B: st<N, K> (both K-major), and acc (+)= A * B with A in
+// registers (rt_a, 64 x K) and B: st<K, N> (N contiguous).
+template <class RT, class STA, class STB>
+HK_INLINE void mma_ABt(RT& d, const desc_walk<STA, false>& a, const desc_walk<STB, false>& b, bool acc = true) {
+  static_assert(STA::cols == STB::cols && RT::rows == 64 && STA::rows == 64 && RT::cols == STB::rows, "mma_ABt shapes");
+  mma_fence();
+#pragma unroll
+  for (int k = 0; k < STA::cols / 16; ++k)
+    detail::wgmma_m64k16<RT::cols, is_bf16<typename STA::dtype>::value, 0, 0>(d.v[0], a.at(k), b.at(k),
+                                                                             (acc || k > 0) ? 1 : 0);
+  mma_commit();
+}
+template <class RT, class T, int K, class STB>
+HK_INLINE void mma_AB(RT& d, const rt_a<T, K>& a, const desc_walk<STB, true>& b, bool acc = true) {
+  static_assert(RT::rows == 64 && STB::rows == K && RT::cols == STB::cols, "mma_AB (A in registers) shapes");
+  static_assert(is_bf16<T>::value == is_bf16<typename STB::dtype>::value, "mma_AB: A and B of one 16-bit type");
+  mma_fence();
+#pragma unroll
+  for (int k = 0; k < K / 16; ++k)
+    detail::wgmma_rs_m64k16<RT::cols, is_bf16<T>::value, 1>(d.v[0], a.v[k], b.at(k), (acc || k > 0) ? 1 : 0);
+  mma_commit();
 }
 
 }  // namespace hk
