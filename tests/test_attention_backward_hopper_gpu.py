@@ -22,11 +22,13 @@ CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (2, 4, 1, 1025, 333, 128, False), (1, 6, 3, 200, 513, 128, True), (1, 2, 2, 1, 257, 64, True),
     (1, 4, 1, 4097, 64, 128, True),
 ]
-TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4),
-         dict(dq_warp=1), dict(dq_warp=1, load_warps=1, dkdv_stages=3), dict(dkdv_producer="tma"),
+# dict() takes TMA (the default where it serves); the cp.async producer's configurations are named
+CP = dict(dkdv_producer="cpasync")
+TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4), CP, dict(CP, dkdv_stages=3),
+         dict(CP, dq_warp=1), dict(CP, dq_warp=1, load_warps=1, dkdv_stages=3), dict(dkdv_producer="tma"),
          dict(dkdv_producer="tma", dkdv_stages=3)]
 BY_MAPS = dict(dkdv_producer="tma")
-DQ_WARP = [dict(), dict(dq_warp=1, load_warps=2)]
+DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 
 
 def _inputs(b, h, hkv, nq, nk, d, dtype="bfloat16"):

@@ -105,7 +105,7 @@ def test_dq_warp_sass(causal, tmp_path):
     after the full wait. Today's kernel has the reduction inside its load loop and frees after."""
     facts = {}
     for dq_warp in (0, 1):
-        _, r = _compile(B.DKDV, dict(head_dim=128, causal=causal, dq_warp=dq_warp))
+        _, r = _compile(B.DKDV, dict(head_dim=128, causal=causal, dq_warp=dq_warp, dkdv_producer="cpasync"))
         ins, loops = _loops(sass(r.code, tmp_path))
         stage = next(a for a, t in ins if "ARRIVES.LDGSTSBAR" in t)
         red = next(a for a, t in ins if "UBLKRED" in t)
@@ -126,12 +126,16 @@ def test_dq_warp_refusals():
     p = dict(BASE, batch=1, heads=2, kv_heads=1, n_q=100, n_k=100, head_dim=64)
 
     def picked(p, tiles):
-        c = B.DKDV.configure(SM90, p, tiles)
+        c = B.DKDV.configure(SM90, p, {"dkdv_producer": "cpasync", **tiles})
         return c["dq_warp"], c["load_warps"]
-    # the default by the measured table: the dQ warp with one query head a KV head, not with GQA
+    # the cp.async producer's default by the measured table: the dQ warp with one query head a KV head,
+    # not with GQA (the TMA producer, the default where it serves, always runs with it)
     mha = dict(p, heads=1)
     assert picked(p, {}) == (0, 4) and picked(mha, {}) == (1, 3) and picked(mha, dict(dq_warp=0)) == (0, 4)
-    assert B.DKDV.configure(SM90, p, dict(dq_warp=1))["load_warps"] == 3
+    assert B.DKDV.configure(SM90, p, dict(dq_warp=1, dkdv_producer="cpasync"))["load_warps"] == 3
+    # tiles the TMA producer does not run steer the default to cp.async rather than failing
+    assert B.DKDV.configure(SM90, p, dict(dq_warp=0))["producer"] == "cpasync"
+    assert B.DKDV.configure(SM90, p, dict(load_warps=3, dq_warp=1))["producer"] == "cpasync"
     for tiles, msg in ((dict(dq_warp=2), "dq_warp=2; valid choices: 0, 1"),
                        (dict(dq_warp=True), "dq_warp=True; valid choices"),
                        (dict(load_warps=2), "load_warps=2 with dq_warp=0 .*valid choices: 4"),
@@ -167,7 +171,7 @@ def test_tma_sass(d, causal, tmp_path):
     consumer = _innermost(loops, next(a for a, t in ins if t.startswith("HGMMA")))[2]
     assert sum(t.startswith("HGMMA") for t in consumer) == 2 * d // 16 + 16     # S, dP; dV, dK; dQ
     assert not any("R2UR" in t for t in consumer)
-    _, plain = _compile(B.DKDV, dict(head_dim=d, causal=causal))
+    _, plain = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="cpasync"))
     assert any(generic.search(t) for _, t in _loops(sass(plain.code, tmp_path))[0])
 
 
@@ -175,11 +179,14 @@ def test_tma_configuration_and_refusals(monkeypatch):
     p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
     c = B.DKDV.configure(SM90, p, dict(dkdv_producer="tma"))
     assert (c["producer"], c["dq_warp"], c["load_warps"]) == ("tma", 1, 1)
-    assert B.DKDV.configure(SM90, p, {})["producer"] == "cpasync"           # not the default (yet)
+    assert B.DKDV.configure(SM90, p, {})["producer"] == "tma"                # the default where it serves
+    for extra in ({"varlen": True}, {"align": 8}):                           # ...cp.async where it cannot
+        assert B.DKDV.configure(SM90, {**p, **extra}, {})["producer"] == "cpasync", extra
+    cp = B.DKDV.configure(SM90, p, dict(dkdv_producer="cpasync"))
     assert B.DKDV.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24), ("LOADERS", 32))
-    assert B.DKDV.checks(B.DKDV.configure(SM90, p, {}))[:2] == (("CONSUMER_REGS", 224), ("PRODUCER_REGS", 56))
+    assert B.DKDV.checks(cp)[:2] == (("CONSUMER_REGS", 224), ("PRODUCER_REGS", 56))
     assert B.DKDV.kernel_type(c).endswith(", true, 1, true>") and B.DKDV.args_type(c) is B.WorkspaceTmaArgs
-    assert B.DKDV.dynamic_smem(c) == B.DKDV.dynamic_smem(B.DKDV.configure(SM90, p, {}))   # the same stages
+    assert B.DKDV.dynamic_smem(c) == B.DKDV.dynamic_smem(cp)                 # the same stages
     assert B.DKDV.configure(SM90, p, dict(dkdv_producer="tma", dq_warp=1, load_warps=1))["load_warps"] == 1
     for extra, tiles, msg in (({"varlen": True}, {}, "cu_seqlens.*dkdv_producer='cpasync'"),
                               ({"align": 8}, {}, "aligned to 16 bytes .*dkdv_producer='cpasync'"),
@@ -269,7 +276,7 @@ def test_default_table_and_limits():
 
 
 def test_fill_checks_alignment_and_packs():
-    cfg = B.DKDV.configure(SM90, dict(BASE, head_dim=64), {})
+    cfg = B.DKDV.configure(SM90, dict(BASE, head_dim=64), dict(dkdv_producer="cpasync"))   # no maps to encode
     st = (0, 64, 64)
     kw = dict(q=1024, k=2048, v=4096, o=0, d_o=8192, lse=16384, delta=32768, dq=0, dk=65536, dv=131072,
               cu_seqlens_q=0, cu_seqlens_k=0, batch=1, heads=2, kv_heads=1, n_q=8, n_k=8, scale=0.125, workspace=0,

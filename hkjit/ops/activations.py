@@ -41,6 +41,7 @@ from ._rowwise import ROW_TILES, alignment, cdiv, check_group, check_ints, pow2_
 SOURCE = "eltwise.cuh"
 DTYPES_IN = FLOAT_OUTPUTS
 THREADS = 256
+SHORT_EXACT_THREADS = 128                # sm_90a gated rows of one short tile (below)
 LOADS_IN_FLIGHT = {"nvidia": 2, "amd": 4}    # unary: vector loads per thread and tile
 GATED_LOADS = 2                     # gated: vector loads of each half per thread and tile
 # sm_90a: threads an SM must hold at once (min_blocks = this // threads): the register cap. The
@@ -75,7 +76,12 @@ def configure(name, target, p, tiles, gated, act) -> Config:
     row_threads = tiles.get("row_threads", min(THREADS, pow2_at_least(cdiv(pieces, per_thread))))
     chunks = tiles.get("chunks", min(per_thread, cdiv(pieces, row_threads)))
     group_rows = tiles.get("group_rows", max(1, per_thread // chunks))
-    threads = tiles.get("threads", max(THREADS, row_threads))
+    fits = cols == row_threads * vec * chunks          # rows of exactly the tile's columns
+    # sm_90a, short gated rows that fit the tile: the exact path (no tail code, no run-time division) in
+    # 128-thread blocks, measured on H100 at x 4096x256 6.9 -> 6.1-6.9 us, 16384x256 10.2 -> 9.3-9.4 us
+    # (tools/rowwise_sweep.py SWEEP_SET=short, docs/notes/activations_softmax.md)
+    short_exact = gated and target.is_nvidia and fits and row_threads < target.wave_size
+    threads = tiles.get("threads", SHORT_EXACT_THREADS if short_exact else max(THREADS, row_threads))
     if row_threads & (row_threads - 1):
         raise InvalidArgumentError(f"{name}: row_threads={row_threads} must be a power of two")
     check_group(name, target, threads, row_threads)
@@ -93,8 +99,8 @@ def configure(name, target, p, tiles, gated, act) -> Config:
     if min_blocks * threads > MAX_SM_THREADS:
         raise InvalidArgumentError(f"{name}: min_blocks={min_blocks} blocks of {threads} threads; at most "
                                    f"{MAX_SM_THREADS} threads fit on an SM")
-    exact = tiles.get("exact", 0)
-    if exact and cols != row_threads * vec * chunks:   # (cols: all elements when read as one long row)
+    exact = tiles.get("exact", int(short_exact))
+    if exact and not fits:   # (cols: all elements when read as one long row)
         raise InvalidArgumentError(f"{name}: exact=1 needs rows of exactly the tile's columns (row_threads * vec * "
                                    f"chunks = {row_threads * vec * chunks}, the row: {cols}); pass exact=0")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, group_rows=group_rows,
