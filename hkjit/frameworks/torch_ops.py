@@ -11,8 +11,9 @@ and allocates the rest. Arrays an op updates besides its outputs (`Op.updated_na
 the sm_90a attention_bwd_dkdv kernel writes) are declared mutated in both forms. Both return one
 tensor per output name: the allocated output, or an empty placeholder for an output given or not
 asked for (torch ops may neither return a list beside mutated arguments nor alias their inputs);
-a traced call hands on an updated array as the argument it passed. `config` is canonical JSON of the run-time scalars, the
-compile-time options, tile overrides, device and compiler: constants of a traced call.
+a traced call hands on an updated array as the argument it passed. `config` is canonical JSON of the
+run-time scalars, the compile-time options, tile overrides, device and compiler: constants of a
+traced call.
 
 - The real implementation is `launch.call` (the same kernels, repeat path and native path).
 - The fake implementation binds the op (`op.bind`) on array descriptions of the meta/fake tensors

@@ -26,7 +26,8 @@ other values, load_warps other than 4 without dq_warp.
 `dkdv_producer` ("tma", the default wherever it can serve the call, else "cpasync"): how Q, dO, LSE
 and Delta reach a stage. Measured on H100 (B16, one process beside SDPA): N8192 D128 315 -> 457 TFLOP/s,
 causal 304 -> 409, GQA H64/8 N8192 D128 300 -> 439, N4096 D64 causal 219 -> 247, N2048 D128 216 -> 315.
-"cpasync": the producer's loading warps issue every 16-byte piece (any strides, varlen, 8- and 4-byte rows). "tma": one elected thread of warp 0 issues Q and dO as tensor-map
+"cpasync": the producer's loading warps issue every 16-byte piece (any strides, varlen, 8- and 4-byte
+rows). "tma": one elected thread of warp 0 issues Q and dO as tensor-map
 boxes over (D, n_q, heads, batch) with the caller's strides (rows past n_q read as zeros), warp 0's 32
 lanes copy LSE and Delta by 4-byte cp.async, warp 3 adds dQ (dq_warp=1, load_warps=1 implied), and the
 producer keeps 24 registers so the consumers get 240. Needs dense batches and 16-byte aligned q, k, v

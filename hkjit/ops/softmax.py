@@ -61,9 +61,9 @@ def configure(target, p, tiles) -> Config:
                                    "thread; at most 256 (registers)")
     rows_per_block = threads // row_threads * group_rows
     blocks = tiles.get("blocks", cdiv(p["rows"], rows_per_block))
-    # sm_90a short rows (a row's pieces <= 2 a lane of a warp) of exactly the tile's columns: the exact path (the two-pass code and per-element tail
-    # checks gone: 47 -> 32 registers), measured on H100 at 4096x128 6.6 -> 5.6 us (tools/rowwise_sweep.py
-    # SWEEP_SET=short, docs/notes/activations_softmax.md)
+    # sm_90a short rows (a row's pieces <= 2 a lane of a warp) of exactly the tile's columns: the exact
+    # path (the two-pass code and per-element tail checks gone: 47 -> 32 registers), measured on H100 at
+    # 4096x128 6.6 -> 5.6 us (tools/rowwise_sweep.py SWEEP_SET=short, docs/notes/activations_softmax.md)
     exact = tiles.get("exact", int(target.is_nvidia and short and p["hidden"] == row_threads * vec * chunks))
     if exact and p["hidden"] != row_threads * vec * chunks:
         raise InvalidArgumentError(f"softmax: exact=1 needs hidden ({p['hidden']}) equal to row_threads * vec * "
