@@ -352,6 +352,25 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // One thread hands KV block i's dQ partial to the query block's sum: after block i - 1's add (the
+  // semaphore equals i), a bulk reduction into the accumulator (block 0 stores); the shared buffer goes
+  // back to the consumers once the bulk operation has read it, and the function returns once the add is
+  // complete in global memory and visible to the generic accesses that follow.
+  static __device__ __forceinline__ void add_partial(const dq_step& d, dq_buf& src, hk::mbarrier& empty, int i) {
+    if (i > 0) {
+      hkjit_attn_hopper::wait_until(d.sem, i);
+      hkjit_attn_hopper::fence_proxy_async_global();
+      hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
+    } else {
+      hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
+    }
+    hk::tma::store_commit();
+    hk::tma::store_wait_read<0>();               // shared memory read: the buffer is free
+    hk::arrive(empty);
+    hk::tma::store_wait<0>();                    // the add is complete in global memory
+    hkjit_attn_hopper::fence_proxy_async_global();
+  }
+
   // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
   // reduction as the others (a store where it is the only one), frees the buffer once it is read,
   // waits for the sum to land and converts it from global memory. Without the shared operand the
@@ -362,18 +381,7 @@ struct attention_bwd_dkdv_hopper {
                                                             dq_buf& src, hk::mbarrier& empty, int lane) {
     const int i = blockIdx.x;
     if (lane == 0) {
-      if (i > 0) {
-        hkjit_attn_hopper::wait_until(d.sem, i);
-        hkjit_attn_hopper::fence_proxy_async_global();
-        hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
-      } else {
-        hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
-      }
-      hk::tma::store_commit();
-      hk::tma::store_wait_read<0>();             // shared memory read: the buffer is free
-      hk::arrive(empty);
-      hk::tma::store_wait<0>();                  // the add is complete in global memory
-      hkjit_attn_hopper::fence_proxy_async_global();   // before the generic accesses: release, reads below
+      add_partial(d, src, empty, i);             // then the generic accesses: release, reads below
       if (i != d.last)
         hkjit_attn_hopper::release_add(d.sem, 1);
       else if (i > 0)                            // nobody waits on it any more: the semaphores end zeroed
@@ -421,18 +429,7 @@ struct attention_bwd_dkdv_hopper {
     }
     if (i != d.last) {
       if (lane == 0) {
-        if (i > 0) {
-          hkjit_attn_hopper::wait_until(d.sem, i);
-          hkjit_attn_hopper::fence_proxy_async_global();
-          hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
-        } else {
-          hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
-        }
-        hk::tma::store_commit();
-        hk::tma::store_wait_read<0>();           // shared memory read: the buffer is free
-        hk::arrive(empty);
-        hk::tma::store_wait<0>();                // the add is complete in global memory
-        hkjit_attn_hopper::fence_proxy_async_global();
+        add_partial(d, src, empty, i);
         hkjit_attn_hopper::release_add(d.sem, 1);
       }
       __syncwarp();
@@ -566,7 +563,8 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
-  // All four warps load (cp.async) and, one step behind, hand off dQ (write_dq): the measured default.
+  // All four warps load (cp.async) and, one step behind, hand off dQ (write_dq): dq_warp=0, the cp.async
+  // producer's default for GQA.
   static __device__ void produce_all(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm) {
     stage_t* ring = sm.ring;
     stats_t* stats = sm.stats;
