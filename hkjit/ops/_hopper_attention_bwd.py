@@ -49,7 +49,7 @@ from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
 from ..targets import parse as _parse_target
 from ._attention_args import BackwardArgs, pack_backward
-from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map
+from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map, tma_serves
 
 SOURCE = "attention_bwd_hopper.cuh"
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
@@ -223,8 +223,7 @@ class Main(_Base):
         inputs not 16-byte aligned, and the roles TMA does not run (dq_warp=0, load_warps other than 1)."""
         runs_its_roles = all(type(tiles.get(name, 1)) is int and tiles.get(name, 1) == 1
                              for name in ("dq_warp", "load_warps"))
-        tma = not p["varlen"] and p.get("align", 16) % TMA_ALIGN == 0 and runs_its_roles
-        return "tma" if tma else "cpasync"
+        return "tma" if tma_serves(p) and runs_its_roles else "cpasync"
 
     @staticmethod
     def _tma_roles(where, p, tiles) -> tuple:

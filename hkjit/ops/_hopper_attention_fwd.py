@@ -32,15 +32,14 @@ zero-filled, completion by one cp.async.mbarrier.arrive.noinc a thread); it serv
 with the caller's strides; needs 16-byte aligned q, k, v base pointers and strides and dense (not
 varlen) batches, refused otherwise (the default falls back to "cpasync" there). "lsu": plain
 vector loads of 128 threads through registers (4 loads in flight a thread): the earlier default,
-kept for comparison. Registers, producer /
-consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
+kept for comparison. Registers, producer / consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
 "lsu" 72 / 216 (producer_regs). `lean` (0, 1 or 2; docs/notes/attention_hopper_fwd_sass.md): the
 consumer loop with fewer instructions, same results: wgmma descriptors walked by constant adds, the
 causal mask one compare a score, the row max in four chains, O rescaled after the P V wait (outside
 the ping-pong turn) and only where a row's max moved (a warp vote; skipping a multiplication by
 exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block at D128 551 -> 426
-SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; compile-checked
-only, not yet run on a GPU. Rejected before anything compiles, naming the limit: shared memory
+SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; measured on H100
+slower than the default in 4 of 5 rows (up to 13%; docs/notes/attention_hopper.md), not a default. Rejected before anything compiles, naming the limit: shared memory
 beyond the 227 KiB a block may use.
 """
 
@@ -51,7 +50,7 @@ from ..dtypes import DTYPES
 from ..errors import InvalidArgumentError
 from ..op import Config, check_tiles
 from ._attention_args import ForwardArgs, pack_forward
-from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map
+from ._hopper_attention_tma import TMA_ALIGN, TensorMap, encode_tensor_map, map_shape, put_map, tma_serves
 from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
@@ -116,14 +115,14 @@ def configure(target, p: dict, tiles: dict) -> Config:
     if chosen["overlap"] and chosen["stages"] < 3:
         _err(f"{where}: overlap=1 with stages={chosen['stages']}: the loop-top wait holds stages j - 2 and j - 1 while "
              "it waits for stage j, so it needs stages >= 3; pass stages=3 or 4, or overlap=0")
-    if chosen["producer"] == "tma" and "producer" not in tiles and (p["varlen"] or align % TMA_ALIGN):
+    if chosen["producer"] == "tma" and "producer" not in tiles and not tma_serves(p):
         chosen["producer"] = "cpasync"     # the default where TMA cannot serve the call (below)
     if chosen["producer"] == "tma":
         if p["varlen"]:
             _err(f"{where}: producer='tma' with cu_seqlens: TMA streams dense (batch, head) views and the packed rows "
                  "past a sequence belong to the next one; use producer='cpasync' for varlen batches")
         if align % TMA_ALIGN:
-            _err(f"{where}: producer='tma' needs q, k and v base pointers and row strides aligned to {TMA_ALIGN} "
+            _err(f"{where}: producer='tma' needs q, k and v base pointers and strides aligned to {TMA_ALIGN} "
                  f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync'")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
                  varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
@@ -192,6 +191,7 @@ def kv_map_shape(cfg, name, ptr, strides, kv_heads, n_k, batch) -> tuple:
     A stand-in stride where an extent is 1; unaligned ones refused (_hopper_attention_tma.map_shape)."""
     return map_shape("attention: producer='tma'", "producer='cpasync'", name, ptr, strides, cfg["head_dim"], n_k,
                      kv_heads, batch, cfg["block_kv"])
+
 
 def fill(cfg, *, o, o_strides, encode=encode_tensor_map, **arguments):
     if int(o) % 4 or int(o_strides[2]) % 2:

@@ -28,6 +28,13 @@ def encode_tensor_map(dtype: str, ptr: int, dims: tuple, strides_bytes: tuple, b
                           tuple(dims), tuple(strides_bytes), tuple(box))
 
 
+def tma_serves(p: dict) -> bool:
+    """Whether a TMA producer can serve a call of attention params `p`: dense batches (packed varlen
+    rows past a sequence belong to the next one) with q, k, v (and grad_out) pointers and strides
+    aligned to TMA_ALIGN. Where it cannot, the kernels' default producer is cp.async."""
+    return not p["varlen"] and p.get("align", 16) % TMA_ALIGN == 0
+
+
 def map_shape(who: str, instead: str, name: str, ptr: int, strides, head_dim: int, rows: int, heads: int,
               batch: int, box_rows: int) -> tuple:
     """(dims, byte strides, box) of `name`'s map: (head_dim, rows, heads, batch) with the caller's

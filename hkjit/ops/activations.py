@@ -15,10 +15,11 @@ Schedule (compile-time; every choice a keyword override):
                256-thread block; longer rows are cut into column blocks, one tile per block
     min_blocks (sm_90a) blocks an SM must hold at once, which caps registers: unary 6 blocks of
                256 threads (40 registers), gated gelu forms 4 (64 registers), gated silu no cap
-    exact      (override only, default 0) 1 when a row is exactly the tile's columns
-               (cols = row_threads * vec * chunks): no column tests and no
-               division of the tile index; the same results to 1-2 ULPs (the
-               compiler may contract the activation's multiply-adds differently)
+    exact      1 when a row is exactly the tile's columns (cols = row_threads * vec *
+               chunks): no column tests and no division of the tile index; the same
+               results to 1-2 ULPs (the compiler may contract the activation's
+               multiply-adds differently). Default 1 (in 128-thread blocks) for sm_90a
+               gated rows that fit a tile narrower than a warp, else 0
 Run-time: rows, cols, row strides. A grid of one block per tile (at most 2**20 blocks; the
 kernel strides over the rest).
 

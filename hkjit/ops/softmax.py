@@ -12,8 +12,8 @@ the row length as rms_norm's does (rows of the same length cost the same there):
     threads, which get 64 registers): rows up to that are read once; longer rows (bf16 rows
     beyond 32768 on sm_90a) are read twice (online max and sum, then the output)
 
-    exact (override only, default 0): 1 when hidden is exactly the tile's columns (row_threads *
-    vec * chunks): the one-pass path alone, no column tests; the same results
+    exact: 1 when hidden is exactly the tile's columns (row_threads * vec * chunks): the one-pass
+    path alone, no column tests; the same results. Default 1 for such short rows on sm_90a, else 0
 
 Run-time: rows, hidden, row strides and scale * log2(e) (inputs are pre-scaled for exp2).
 """
