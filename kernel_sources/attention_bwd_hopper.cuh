@@ -33,6 +33,13 @@
 // issues Q and dO as tensor-map boxes and announces their bytes on the stage's full barrier; its 32
 // lanes copy LSE and Delta by cp.async. Warp 3 adds dQ as above; warps 1 and 2 have nothing to do.
 // The producer then needs 24 registers and the consumers get 240 (FlashAttention-3's split).
+// CONSUMER (prepared variants of the TMA kernel's consumers, bits; 0 is the kernel measured):
+//   1  wait placement: S and dP issued, wait <= 1 (S in), P while dP runs; wait for dP, dS^T; dV
+//      issued and kept in flight across the dS^T store and the barrier; dQ issued (in S^T's
+//      registers), wait <= 1 (dV in), dK issued, wait <= 1 (dQ in), dQ stored with dK in flight.
+//   2  dS^T to shared memory by stmatrix (4 STSM a thread, one per 16 queries) instead of 16
+//      scalar stores.
+//   4  (with 1) dV issued as soon as P is packed, before the dP wait: dS^T formed while dV runs.
 #include "attention_hopper_common.cuh"
 
 namespace hkjit_attn_hopper {
@@ -135,6 +142,14 @@ __device__ __forceinline__ void mma_ABt_rows(RT& d, const STA& a, int row0, cons
   hk::mma_commit();
 }
 
+// Four 8 x 8 16-bit matrices to shared memory (stmatrix .x4): lanes 8i .. 8i + 7 give the row
+// addresses of matrix i, register i of every lane holds its (row lane / 4, columns 2 (lane % 4), + 1)
+// pair: the layout of one k16 step of wgmma's A registers (hk::rt_a), so a step is one instruction.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
 }  // namespace hkjit_attn_hopper
 
 // ---- Delta (and dQ of rows that see no key) ------------------------------------------------------
@@ -194,7 +209,7 @@ struct attention_bwd_prep_hopper {
 // registers: at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer. With
 // TMA it keeps 24 and the consumers get 240.
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
-          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false>
+          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
@@ -204,6 +219,10 @@ struct attention_bwd_dkdv_hopper {
                 "all 4 producer warps load, or 1 to 3 of them beside the dQ warp (warp 3)");
   static_assert(!TMA || (DQ_WARP && LOAD_WARPS == 1 && !VARLEN && VEC == 8),
                 "TMA: warp 0 loads, warp 3 adds dQ; dense batches and 16-byte rows only");
+  static_assert(CONSUMER >= 0 && CONSUMER <= 7 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA),
+                "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), on the TMA "
+                "kernel's 240 registers");
+  static constexpr bool WAITS = CONSUMER & 1, STSM = CONSUMER & 2, EARLY_DV = CONSUMER & 4;
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
@@ -587,6 +606,114 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // dS^T (this warpgroup's 64 keys x BQ queries, wgmma A registers) into rows [64 c, 64 c + 64) of
+  // dst. Register (s, i) is the pair (row r + 8 (i & 1), columns 16 s + c + 8 (i >> 1), + 1).
+  // STSM: one stmatrix per k16 step; lane l addresses row 16 w + l % 8 + 8 ((l / 8) & 1) of its
+  // warp's 16 rows, columns 16 s + 8 (l / 16) (a 16-byte piece, kept whole by the swizzle).
+  static __device__ __forceinline__ void store_ds(ds_t& dst, const a_t& ds, int consumer) {
+    if constexpr (STSM) {
+      const int lane = threadIdx.x % 32;
+      const int r = consumer * 64 + (s_t::row(0, 0) & ~15) + lane % 8 + 8 * ((lane / 8) & 1), h = lane / 16;
+      const unsigned base = hk::smem_addr(dst.data);
+#pragma unroll
+      for (int s16 = 0; s16 < BQ / 16; ++s16)
+        hkjit_attn_hopper::stmatrix_x4(base + ds_t::offset(r, 16 * s16 + 8 * h), ds.v[s16]);
+    } else {
+      const int r = consumer * 64 + s_t::row(0, 0), c = s_t::col(0);
+#pragma unroll
+      for (int s16 = 0; s16 < BQ / 16; ++s16)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          *reinterpret_cast<unsigned*>(reinterpret_cast<char*>(dst.data) +
+                                       ds_t::offset(r + 8 * (e & 1), 16 * s16 + c + 8 * (e >> 1))) = ds.v[s16][e];
+    }
+  }
+
+  // WAITS: one step after S^T and dP^T were issued (in that order), with the tensor pipe kept busy
+  // (FlashAttention-3's order, item 3 of docs/notes/attention_hopper_bwd_vs_fa3.md): P^T while dP^T
+  // runs, dV issued once dS^T is formed and kept in flight across the dS^T store and the consumers'
+  // barrier, dQ issued with dV still running, dK after dQ, and the dQ partial stored while dK runs.
+  // EARLY_DV: dV issued as soon as P^T is packed, before the dP^T wait, so dS^T is formed while dV
+  // runs. Commit groups retire in order, so each wait <= 1 names the older of the two in flight.
+  // P^T stays fp32 in S^T's registers until dS^T is formed. The stage is released after dK, its
+  // last reader (of Q).
+  static __device__ __forceinline__ void step_overlapped(const hkjit_attn_hopper::bwd_args& g, s_t& sc, s_t& dp,
+                                                         o_t& dk, o_t& dv, stage_t& x, const stats_t& z, ds_t& dst,
+                                                         keys_block& kv, dq_buf& dqo, hk::mbarrier& empty,
+                                                         hk::mbarrier& dq_full, hk::mbarrier& dq_empty, int t,
+                                                         int consumer, int tid) {
+    const float sl2 = g.scale_log2;
+    hk::mma_wait<1>();                                // S^T in; dP^T running
+    hk::fence_operand(sc);
+    const int first = z.shift + consumer * 64 + s_t::row(0, 0) - s_t::col(0);
+    a_t p, ds;
+#pragma unroll
+    for (int k = 0; k < s_t::regs; k += 2) {
+      const int col = s_t::col(k);
+      const float2 l = *reinterpret_cast<const float2*>(&z.lse[col]);
+      float v0 = sc.v[0][k] * sl2 - l.x * hkjit_attn_hopper::LOG2E;
+      float v1 = sc.v[0][k + 1] * sl2 - l.y * hkjit_attn_hopper::LOG2E;
+      if (CAUSAL) {
+        const int c = 8 * (k / 4) - 8 * ((k % 4) / 2);
+        v0 = c < first ? hk::neg_inf() : v0;
+        v1 = c + 1 < first ? hk::neg_inf() : v1;
+      }
+      sc.v[0][k] = hk::fast_exp2(v0);                 // P^T in fp32, over S^T
+      sc.v[0][k + 1] = hk::fast_exp2(v1);
+      if constexpr (EARLY_DV) p.set_pair(k, sc.v[0][k], sc.v[0][k + 1]);
+    }
+    if constexpr (EARLY_DV) {
+      hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO, in flight until dQ is issued
+      hk::mma_wait<1>();                              // dP^T in; dV running
+    } else {
+      hk::mma_wait<0>();                              // dP^T in
+    }
+    hk::fence_operand(dp);
+#pragma unroll
+    for (int k = 0; k < s_t::regs; k += 2) {
+      const float2 d = *reinterpret_cast<const float2*>(&z.delta[s_t::col(k)]);
+      if constexpr (!EARLY_DV) p.set_pair(k, sc.v[0][k], sc.v[0][k + 1]);
+      ds.set_pair(k, sc.v[0][k] * (dp.v[0][k] - d.x), sc.v[0][k + 1] * (dp.v[0][k + 1] - d.y));
+    }
+    if constexpr (!EARLY_DV) hk::mma_AB(dv, p, x.d_o, true);   // dV += P^T dO, in flight until dQ is issued
+    store_ds(dst, ds, consumer);
+    hk::fence_proxy_async();
+    hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);   // both halves of dS^T in place
+    // dQ in S^T's registers, dead once P^T and dS^T are packed: the same count as an accumulator of
+    // its own, which ptxas answered with C7512 (every wgmma serialised; NVRTC 13.0 and 13.5) and
+    // spills (13.5: 4 bytes; with EARLY_DV 68-76 bytes, both versions).
+    dq_t& dq = sc;
+    if (consumer < DQ_WG) {                           // dS K; operands behind opaque offsets (consume())
+      const int o = hk::opaque(0);
+      ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
+      keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
+      hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
+    } else {
+      hk::mma_commit();                               // an empty group: the waits below count alike
+    }
+    hk::mma_wait<1>();                                // dV in (P^T's registers free); dQ running
+    hk::fence_operand(dv);
+    hk::fence_operand(p);
+    hk::mma_AB(dk, ds, x.q, true);                    // dK += dS^T Q
+    hk::mma_wait<1>();                                // dQ in; dK running
+    // The dQ partial to the producer (the buffer of step t - 2 must have been added).
+    hk::wait(dq_empty, ((t >> 1) & 1) ^ 1);
+    if (consumer < DQ_WG) {
+      hk::fence_operand(dq);
+      float4* out = dqo.v + consumer * 8 * hk::WARPGROUP_THREADS + tid;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        out[j * hk::WARPGROUP_THREADS] =
+            make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2], dq.v[0][4 * j + 3]);
+      hk::fence_proxy_async();                        // read by the bulk copy (async proxy)
+    }
+    hk::arrive(dq_full);
+    hk::mma_wait<0>();                                // dK in
+    hk::fence_operand(dk);
+    hk::fence_operand(ds);
+    if (tid % 32 == 0) hk::arrive(empty);             // this warp's wgmma reads of the stage are done
+  }
+
   // ---- consumers ----
   static __device__ void consume(const args& ga, const seq_t& s, int per_head, smem_t& sm, int consumer) {
     stage_t* ring = sm.ring;
@@ -631,6 +758,12 @@ struct attention_bwd_dkdv_hopper {
       s_t sc, dp;
       hkjit_attn_hopper::mma_ABt_rows(sc, m.k, consumer * 64, x.q);
       hkjit_attn_hopper::mma_ABt_rows(dp, m.v, consumer * 64, x.d_o);
+      if constexpr (WAITS) {
+        step_overlapped(g, sc, dp, dk, dv, x, z, dsb[t & 1], kv, dqb[t & 1], empty[st], dq_full[t & 1],
+                        dq_empty[t & 1], t, consumer, tid);
+        if (++st == STAGES) { st = 0; phase ^= 1; }
+        continue;
+      }
       hk::mma_wait<0>();
       hk::fence_operand(sc);
       hk::fence_operand(dp);
@@ -658,18 +791,9 @@ struct attention_bwd_dkdv_hopper {
       }
       hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO
       hk::mma_AB(dk, ds, x.q, true);                  // dK += dS^T Q
-      // dS^T to shared memory (rows = this warpgroup's keys) while those run: register (s, i) is
-      // the pair (row r + 8 (i & 1), columns 16 s + c + 8 (i >> 1), + 1).
+      // dS^T to shared memory (rows = this warpgroup's keys) while those run.
       ds_t& dst = dsb[t & 1];
-      {
-        const int r = consumer * 64 + s_t::row(0, 0), c = s_t::col(0);
-#pragma unroll
-        for (int s16 = 0; s16 < BQ / 16; ++s16)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            *reinterpret_cast<unsigned*>(reinterpret_cast<char*>(dst.data) +
-                                         ds_t::offset(r + 8 * (e & 1), 16 * s16 + c + 8 * (e >> 1))) = ds.v[s16][e];
-      }
+      store_ds(dst, ds, consumer);
       hk::fence_proxy_async();
       // dV and dK done before dQ starts: their A registers (P^T, dS^T) then die, which makes room
       // for dQ's accumulators.

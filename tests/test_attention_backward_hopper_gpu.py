@@ -1,7 +1,8 @@
 """The sm_90a attention backward (hkjit.attention_backward and autograd through hkjit.attention) on a
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
 kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps, the
-dkdv_producer="tma" variant and its refusals); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
+dkdv_producer="tma" variant and its refusals, the dkdv_consumer variants: wait placement, early dV,
+stmatrix dS^T, and that they give the default's bits); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
 N_q != N_k, fp16, bnhd strides, varlen with lengths 1..4097;
 gradients poisoned (NaN) first; under torch.compile against eager;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
@@ -28,6 +29,9 @@ TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4), CP, dict(
          dict(CP, dq_warp=1), dict(CP, dq_warp=1, load_warps=1, dkdv_stages=3), dict(dkdv_producer="tma"),
          dict(dkdv_producer="tma", dkdv_stages=3)]
 BY_MAPS = dict(dkdv_producer="tma")
+# the TMA kernel's consumer variants (prepared; bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1)
+CONSUMER = [dict(dkdv_consumer=v) for v in (1, 2, 3, 5, 7)]
+TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)]
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 
 
@@ -62,7 +66,7 @@ def test_against_float32(case, tiles):
     check_grads(grads, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
 
 
-@pytest.mark.parametrize("tiles", [dict(), BY_MAPS], ids=str)
+@pytest.mark.parametrize("tiles", [dict(), BY_MAPS, dict(dkdv_consumer=3), dict(dkdv_consumer=7)], ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_fp16(d, tiles):
     import torch
@@ -90,6 +94,26 @@ def test_tensor_map_producer_bnhd_strides(causal):
         hkjit.attention_backward(do, q, k, v, o, lse, causal=causal, layout="bnhd", dq=grads[0], dk=grads[1],
                                  dv=grads[2], **tiles)
         check_grads(grads, ref, f"bnhd causal={causal} {tiles}")
+
+
+@pytest.mark.parametrize("tiles", CONSUMER, ids=str)
+@pytest.mark.parametrize("case", [(2, 8, 2, 777, 1000, 128, True), (1, 4, 4, 1100, 650, 64, False),
+                                  (1, 4, 1, 500, 900, 64, True)], ids=str)
+def test_consumer_variants_give_the_defaults_bits(case, tiles):
+    """dkdv_consumer moves waits, issue order and the dS^T store instruction, not arithmetic: each
+    gradient element is the same operations on the same values as the default's, so dq, dk and dv
+    must equal the default's bit for bit (and the float32 reference within tolerance). A mismatch
+    means a wait too early (a race on an accumulator, a stage or dS^T) or a wrong stmatrix address;
+    if it is only a last-bit difference, check the SASS for a changed FMA contraction first."""
+    import torch
+    b, h, hkv, nq, nk, d, causal = case
+    q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
+    want, _ = _run(q, k, v, do, causal)
+    got, again = _run(q, k, v, do, causal, **tiles)
+    assert all(torch.equal(g, a) for g, a in zip(got, again)), "two runs differ: not deterministic"
+    check_grads(got, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert torch.equal(g, w), f"{name} differs from the default's: max {(g.float() - w.float()).abs().max()}"
 
 
 def test_tensor_map_producer_refuses_what_it_cannot_serve():

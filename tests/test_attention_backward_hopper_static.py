@@ -9,7 +9,10 @@ bulk reduction and the stage loads in separate loops, the buffer freed after the
 released after completion; bad values refused before compiling. The dkdv_producer="tma" variant (Q and
 dO by tensor maps from one thread, the dQ hand-off on warp 3, 24 / 240 registers, the structures in
 the shared window): 0 spills across its grid, UTMALDG in the load loop, shared-memory accesses as
-LDS / STS, its argument block and maps, the inputs it cannot serve refused before compiling."""
+LDS / STS, its argument block and maps, the inputs it cannot serve refused before compiling. The
+dkdv_consumer variants of the TMA kernel (wait placement, early dV, stmatrix dS^T): 0 spills and no
+wgmma serialisation across their grid, the consumer loop's order of products, waits and barrier in
+the SASS, the default's loop unchanged, refusals."""
 
 import ctypes
 import re
@@ -44,6 +47,12 @@ TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128
               [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_producer="tma"),
                dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
                dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
+# dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1; the TMA producer's 240 registers)
+CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
+                    for v in (1, 2, 3, 5, 7)] + \
+                   [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
+                    dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_consumer=3),
+                    dict(head_dim=128, causal=True, dtype="float16", dkdv_consumer=7)]
 
 
 def _compile(kernel, params):
@@ -58,7 +67,7 @@ def _compile(kernel, params):
 
 @needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
-                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS],
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -173,6 +182,82 @@ def test_tma_sass(d, causal, tmp_path):
     assert not any("R2UR" in t for t in consumer)
     _, plain = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="cpasync"))
     assert any(generic.search(t) for _, t in _loops(sass(plain.code, tmp_path))[0])
+
+
+def _consumer_order(listing):
+    """The consumer loop's products, waits, barrier and stmatrix in order, runs of one kind merged:
+    "S/dP" (the products before the first wait), "dQ" (the first after the barrier), "dV/dK" (the
+    others), "wait<=N", "bar", "stsm"."""
+    ins, loops = _loops(listing)
+    hs = [a for a, t in ins if t.startswith("HGMMA")]
+    lo, hi, body = min((x for x in loops if x[0] <= hs[0] and hs[-1] <= x[1]), key=lambda x: x[1] - x[0])
+    out, seen_bar = [], False
+    for t in body:
+        if t.startswith("HGMMA.64x8x16"):             # ptxas's stand-in for an empty commit group
+            continue
+        if t.startswith("HGMMA"):
+            first = not any(k.startswith("wait") for k in out)
+            kind = "S/dP" if first else "dQ" if seen_bar and out[-1] in ("bar", "dQ") else "dV/dK"
+        elif t.startswith("WARPGROUP.DEPBAR"):
+            kind = "wait<=" + str(int(t.split()[-1], 16))
+        elif t.startswith("BAR.SYNC"):
+            kind, seen_bar = "bar", True
+        elif t.startswith("STSM"):
+            kind = "stsm"
+        else:
+            continue
+        if not out or out[-1] != kind or kind.startswith("wait"):
+            out.append(kind)
+    return out
+
+
+@needs_nvrtc
+@needs_sass
+@pytest.mark.parametrize("d,causal", [(128, False), (64, True)])
+def test_consumer_variants_sass(d, causal, tmp_path):
+    """dkdv_consumer on the TMA kernel: 1 waits for S alone before the exponentials (dP in flight),
+    keeps dV in flight across the consumers' barrier, retires it after issuing dQ, and issues dK
+    before retiring dQ (the partial's stores run beside dK); 5 issues dV before the dP wait; 2 stores
+    dS^T with one stmatrix per 16 queries and no scalar stores in its place. The default's order is
+    unchanged: three full drains."""
+    order = {}
+    for v in (0, 1, 2, 5):
+        _, r = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_consumer=v))
+        listing = sass(r.code, tmp_path)
+        order[v] = _consumer_order(listing)
+        stsm = [t for t in listing.split("\n") if "STSM" in t]
+        assert len(stsm) == (BQ_STEPS if v & 2 else 0), stsm
+    drain = ["S/dP", "wait<=0", "dV/dK", "wait<=0", "bar", "dQ", "wait<=0"]
+    assert order[0] == drain, order[0]
+    assert order[2] == ["S/dP", "wait<=0", "dV/dK", "stsm", "wait<=0", "bar", "dQ", "wait<=0"], order[2]
+    assert order[1] == ["S/dP", "wait<=1", "wait<=0", "dV/dK", "bar", "dQ", "wait<=1", "dV/dK", "wait<=1",
+                        "wait<=0"], order[1]
+    assert order[5] == ["S/dP", "wait<=1", "dV/dK", "wait<=1", "bar", "dQ", "wait<=1", "dV/dK", "wait<=1",
+                        "wait<=0"], order[5]
+
+
+BQ_STEPS = B.BLOCK_Q // 16      # stmatrix .x4 per thread for dS^T: one per k16 step of the query block
+
+
+def test_consumer_configuration_and_refusals():
+    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
+    c = B.DKDV.configure(SM90, p, dict(dkdv_consumer=3))
+    assert (c["producer"], c["consumer"]) == ("tma", 3)                       # TMA where it serves
+    assert B.DKDV.kernel_type(c).endswith(", true, 1, true, 3>")
+    assert B.DKDV.kernel_type(B.DKDV.configure(SM90, p, {})).endswith(", true, 1, true>")   # default: unnamed
+    assert B.DKDV.checks(c)[:2] == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
+    for extra, tiles, msg in (({}, dict(dkdv_consumer=4), "dkdv_consumer=4; valid choices: 0, 1, 2, 3, 5, 7"),
+                              ({}, dict(dkdv_consumer=8), "dkdv_consumer=8; valid choices"),
+                              ({}, dict(dkdv_consumer=True), "dkdv_consumer=True; valid choices"),
+                              ({}, dict(dkdv_consumer="1"), "dkdv_consumer='1'; valid choices"),
+                              ({}, dict(dkdv_consumer=1, dkdv_producer="cpasync"),
+                               "dkdv_consumer=1 with dkdv_producer='cpasync'; valid choices: 0 .*240 registers"),
+                              ({"varlen": True}, dict(dkdv_consumer=2), "dkdv_consumer=2 with dkdv_producer='cpasync'"),
+                              ({"align": 8}, dict(dkdv_consumer=7), "dkdv_consumer=7 with dkdv_producer='cpasync'")):
+        with pytest.raises(InvalidArgumentError, match=msg):
+            B.DKDV.configure(SM90, {**p, **extra}, tiles)
+    with pytest.raises(InvalidArgumentError, match="unknown tile override"):
+        B.DQ.configure(SM90, p, dict(dkdv_consumer=1))
 
 
 def test_tma_configuration_and_refusals(monkeypatch):

@@ -23,7 +23,11 @@ pytestmark = pytest.mark.skipif(not (LIB / "libnvrtc.so.13").exists(),
 ATTENTION = [dict(head_dim=d, causal=c, align=a) for d in (64, 128) for c in (False, True) for a in (16, 8)] + \
             [dict(head_dim=64, causal=True, align=4), dict(head_dim=128, causal=True, varlen=True)]
 # Backward-only variants: the TMA producer (24 registers; its dQ warp spilled there until it was made lean)
-BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) for c in (False, True)]
+# and its consumer variants (dkdv_consumer: 1 wait placement, 5 with early dV, 2 stmatrix, 3 and 7 both)
+BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) for c in (False, True)] + \
+           [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
+            for v in (1, 2, 7)] + \
+           [dict(head_dim=128, causal=True, dkdv_consumer=v) for v in (3, 5)]
 # The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
 # its own P V), on the forward alone
 FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False, True) for n in (1, 2)] + \

@@ -4,7 +4,7 @@ torch SDPA's cuDNN and flash backward in one process.
 
     PYTHONPATH=. python3 tools/attention_bwd_dev.py                      # default shapes and variants
     PYTHONPATH=. python3 tools/attention_bwd_dev.py --shapes 16,16,16,4096,64,1 --variants "{};{'dkdv_stages':3}"
-    PYTHONPATH=. python3 tools/attention_bwd_dev.py --variants "{};{'dkdv_producer':'tma'};{'dq_warp':0}"
+    PYTHONPATH=. python3 tools/attention_bwd_dev.py --variants "{};{'dkdv_producer':'cpasync'};{'dkdv_consumer':3}"
     PYTHONPATH=. python3 tools/attention_bwd_dev.py --once 16,16,16,8192,128,0   # one call each (for ncu)
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s use 2.5x the forward's FLOPs
@@ -20,9 +20,10 @@ from _attention_dev import command_line, inputs  # noqa: E402
 
 SHAPES = [f"16,16,16,{n},{d},{c}" for n in (2048, 4096, 8192) for d in (64, 128) for c in (0, 1)] + \
     ["16,64,8,4096,128,1"]
-# today's kernel (dq_warp=1 where heads == kv_heads), then the TMA producer (compile-checked only until
-# measured: Q and dO by tensor maps from one thread, dQ on warp 3, consumers at 240 registers)
-VARIANTS = "{};{'dkdv_producer':'tma'}"
+# today's kernel (the TMA producer where it serves), then its consumer variants (compile-checked only
+# until measured; hkjit/ops/_hopper_attention_bwd.py: 1 wait placement, 5 with dV issued before the dP
+# wait, 2 stmatrix dS^T, 3 and 7 both)
+VARIANTS = "{};{'dkdv_consumer':1};{'dkdv_consumer':5};{'dkdv_consumer':2};{'dkdv_consumer':3};{'dkdv_consumer':7}"
 
 
 def kernels(q, k, v, o, lse, do, causal, tiles):

@@ -33,6 +33,14 @@ lanes copy LSE and Delta by 4-byte cp.async, warp 3 adds dQ (dq_warp=1, load_war
 producer keeps 24 registers so the consumers get 240. Needs dense batches and 16-byte aligned q, k, v
 and grad_out (pointers and strides): passed explicitly otherwise, refused naming dkdv_producer='cpasync'.
 
+`dkdv_consumer` (0, the default and the kernel measured; 1, 2, 3, 5 or 7; "tma" producer only, whose
+consumers have 240 registers): prepared variants of the consumer step, bits that combine (compile-checked
+only, not yet run on a GPU). 1, wait placement (FlashAttention-3's order): wait for S alone and compute P
+while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
+barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
+2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
+packed, before the dP wait, so dS is formed while dV runs.
+
 Device memory (dkdv; varlen: sized by the longest sequence):
 - workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
   block), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
@@ -64,6 +72,8 @@ _STAGES = (2, 3, 4)
 _DQ_WARP = (0, 1)
 _LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the producer that issue the loads
 _PRODUCERS = ("cpasync", "tma")
+# dkdv_consumer, bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV (with 1 only)
+_CONSUMERS = (0, 1, 2, 3, 5, 7)
 
 
 class WorkspaceArgs(ctypes.Structure):
@@ -176,9 +186,10 @@ class Prep(_Base):
 
 class Main(_Base):
     """dK, dV and dQ: one block per 128 keys of a KV head."""
-    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer"), WorkspaceArgs
+    name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer",
+                                 "dkdv_consumer"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
-              "load_warps", "producer")
+              "load_warps", "producer", "consumer")
     UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
@@ -205,9 +216,14 @@ class Main(_Base):
             loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
                             f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
+        consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", 0), _CONSUMERS)
+        if consumer and producer != "tma":
+            _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
+                 f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
+                 "dkdv_producer='tma' serves dense batches with 16-byte aligned inputs)")
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
                      stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
-                     load_warps=loads, producer=producer)
+                     load_warps=loads, producer=producer, consumer=consumer)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -255,7 +271,9 @@ class Main(_Base):
         b = lambda v: "true" if v else "false"  # noqa: E731
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
-                f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}>")
+                f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}"
+                # the default (0) named by omission: its kernel, key and code stay those measured
+                + (f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128

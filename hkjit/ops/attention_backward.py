@@ -156,9 +156,10 @@ def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None,
     given its output `out`, its `lse` (return_lse=True) and the output gradient `grad_out` (q's
     shape). dq / dk / dv: optional arrays to write into. Deterministic. Tile overrides: block_kv
     (the dQ kernel's KV block), block_q (the dK/dV kernel's query block); on sm_90a also
-    dq_stages and dkdv_stages (each kernel's ring depth), dq_warp, load_warps and dkdv_producer
+    dq_stages and dkdv_stages (each kernel's ring depth), dq_warp, load_warps, dkdv_producer
     ("tma", the default where it can serve the call, or "cpasync": how the dK/dV kernel's producer
-    loads; hkjit/ops/_hopper_attention_bwd.py)."""
+    loads) and dkdv_consumer (variants of its consumer step: wait placement, stmatrix;
+    hkjit/ops/_hopper_attention_bwd.py)."""
     options, scale = prepare_call(q, k, causal, scale, layout, True, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k)
     unknown = sorted(set(tile_overrides) - set(DQ_OP.tile_keywords) - set(DKDV_OP.tile_keywords))

@@ -8,6 +8,8 @@ KV block runs), and dump hkjit's attention forward cubin for a tile configuratio
     PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-fwd OUT_PREFIX "{'block_kv': 128}"
     PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-fwd OUT_PREFIX "{'head_dim': 64, 'causal': True, 'lean': 2}"
     python3 tools/hopper/sass_classes.py loop A.sass B.sass ...      # the consumer loop, side by side
+    PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-bwd OUT_PREFIX "{'dkdv_consumer': 3}"
+    python3 tools/hopper/sass_classes.py bwd-loop A.sass B.sass ...  # the backward's consumer loop
 
 Ranges are hex byte addresses as nvdisasm prints them (/*3670*/), END inclusive; after the first
 range, comma-separated START-END pairs are skipped. `hkjit-fwd` writes OUT_PREFIX.{cu,cubin,ptx,log}
@@ -15,8 +17,11 @@ range, comma-separated START-END pairs are skipped. `hkjit-fwd` writes OUT_PREFI
 nvdisasm is on PATH, OUT_PREFIX.sass; "head_dim", "causal", "dtype", "varlen" and "align" in the dict
 set the call instead of the tiles. `loop` finds the forward's consumer loop in each listing by itself
 and counts the paths a KV block takes through it (fast: no edge mask, no max moved; max moved; longest),
-the ping-pong turn and where the wait retiring P V sits. docs/notes/attention_hopper_vs_fa3.md and
-attention_hopper_fwd_sass.md use them.
+the ping-pong turn and where the wait retiring P V sits. `hkjit-bwd` does for the attention backward's
+dK/dV kernel what `hkjit-fwd` does for the forward (tiles: dkdv_* and the rest of its overrides), and
+`bwd-loop` counts its consumer loop (one path: the step has no branch but the wait retries) with the
+order of its products, waits and barrier. docs/notes/attention_hopper_vs_fa3.md,
+attention_hopper_fwd_sass.md and attention_hopper.md ("dkdv_consumer") use them.
 """
 from __future__ import annotations
 
@@ -205,6 +210,86 @@ def _count_main(listing: str, specs: list[str]) -> None:
         print("  top opcodes:", ", ".join(f"{o} {n}" for o, n in ops.most_common(20)))
 
 
+def bwd_consumer_loop(path) -> tuple[int, int]:
+    """(first, last) address of the attention backward's consumer loop: the shortest backward branch
+    whose body holds every HGMMA of the kernel (its five products a step)."""
+    instrs = parse(path)
+    hgmma = [a for a, t in instrs if opcode(t).startswith("HGMMA")]
+    labels, branches = labels_and_branches(path)
+    spans = [(labels[t], a) for a, t, _ in branches if t in labels and labels[t] <= hgmma[0] and hgmma[-1] <= a]
+    if not spans:
+        raise SystemExit(f"{path}: no loop around the HGMMAs")
+    return min(spans, key=lambda x: x[1] - x[0])
+
+
+def bwd_order(body: list[str]) -> str:
+    """The step's products, waits, barrier and stmatrix in order ("HGMMA.64x64x16 x8", "wait<=1", ...);
+    ptxas's stand-in for an empty commit group (HGMMA.64x8x16 on RZ) is left out."""
+    out = []
+    for t in body:
+        op = opcode(t)
+        if op.startswith("HGMMA.64x8x16"):
+            continue
+        item = (op.split(".F32")[0] if op.startswith("HGMMA") else
+                "wait<=" + str(int(t.split()[-1], 16)) if op.startswith("WARPGROUP.DEPBAR") else
+                "bar" if op.startswith("BAR.SYNC") else "STSM" if op.startswith("STSM") else None)
+        if item is None:
+            continue
+        if out and out[-1][0] == item and not item.startswith("wait"):
+            out[-1][1] += 1
+        else:
+            out.append([item, 1])
+    return " ".join(f"{i} x{n}" if n > 1 else i for i, n in out)
+
+
+def _bwd_loop_main(listings: list[str]) -> None:
+    loops = {x: bwd_consumer_loop(x) for x in listings}
+    counts = {x: count(parse(x), f"{lo:x}-{hi:x}")[0] for x, (lo, hi) in loops.items()}
+    names = [n for n, _ in CLASSES if any(c[n] for c in counts.values())]
+    row = lambda label, values: print(label.ljust(28), *(str(v).rjust(16) for v in values))
+    row("per warp, per query block", (Path(x).stem for x in listings))
+    row("loop", (f"{lo:x}-{hi:x}" for lo, hi in loops.values()))
+    row("total", (sum(c.values()) for c in counts.values()))
+    for n in names:
+        row(f"  {n}", (c[n] for c in counts.values()))
+    for x, (lo, hi) in loops.items():
+        print(f"{Path(x).stem}: {bwd_order([t for a, t in parse(x) if lo <= a <= hi])}")
+
+
+def _hkjit_bwd_main(prefix: str, tiles: dict) -> None:
+    from hkjit import spec as spec_mod
+    from hkjit.ops import _hopper_attention_bwd as B
+    from hkjit.targets import parse as parse_target
+    sm90, k = parse_target("sm_90a"), B.DKDV
+    params = dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16, heads=1, kv_heads=1)
+    params.update({name: tiles.pop(name) for name in list(tiles) if name in params})
+    cfg = k.configure(sm90, params, tiles)
+    checks = (("threads", k.threads(cfg)), ("dynamic_smem", k.dynamic_smem(cfg))) + k.checks(cfg)
+    spec = spec_mod.Specialization(k.name, sm90, k.SOURCE, k.kernel_type(cfg), "hkjit_bwd", (), checks)
+    _write(prefix, spec, "attention_bwd_unit.cu")
+    print(dict(cfg), "dynamic shared memory", k.dynamic_smem(cfg), "bytes")
+
+
+def _write(prefix: str, spec, unit: str) -> None:
+    """Compile spec with NVRTC (hkjit's pinned options); OUT_PREFIX.{cu,cubin,ptx,log}, and .sass where
+    nvdisasm is on PATH."""
+    from hkjit import compiler, spec as spec_mod
+    source = spec_mod.render(spec)
+    out = Path(prefix)
+    out.with_suffix(".cu").write_text(source)
+    result = compiler.find_compiler(spec.target, "nvrtc").compile(
+        source, Path(unit), spec.target, [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
+    out.with_suffix(".cubin").write_bytes(result.code)
+    out.with_suffix(".ptx").write_text(result.ptx)
+    out.with_suffix(".log").write_text(result.log)
+    print(result.log)
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm:
+        sass = subprocess.run([nvdisasm, "-c", str(out.with_suffix(".cubin"))], check=True, capture_output=True,
+                              text=True).stdout
+        out.with_suffix(".sass").write_text(sass)
+
+
 def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
     from hkjit import compiler, spec as spec_mod
     from hkjit.ops import _hopper_attention_fwd as F
@@ -239,5 +324,9 @@ if __name__ == "__main__":
         _loop_main(sys.argv[2:])
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "hkjit-fwd":
         _hkjit_fwd_main(sys.argv[2], ast.literal_eval(sys.argv[3]) if len(sys.argv) == 4 else {})
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "hkjit-bwd":
+        _hkjit_bwd_main(sys.argv[2], ast.literal_eval(sys.argv[3]) if len(sys.argv) == 4 else {})
+    elif len(sys.argv) >= 3 and sys.argv[1] == "bwd-loop":
+        _bwd_loop_main(sys.argv[2:])
     else:
         sys.exit(__doc__)
