@@ -43,12 +43,38 @@
 //            four chains a row, and O rescaled after the iteration's P V wait, outside the ping-pong
 //            turn, and only where a row of the warp moved its max. 2 also lets the softmax run under
 //            the warpgroup's own P V (the wait after a branch; see consume).
+//   EXP_FMA  (0, 1, 2, 3, 4, 6 or 8; docs/notes/attention_hopper_fwd_exp.md) that many of every 16 of a
+//            thread's scores take their exponential on the FMA pipe (exp2_fma.cuh: range reduction and a
+//            degree 3 polynomial for bf16, 4 for fp16), the rest MUFU.EX2: at D64 the exponentials, not
+//            the tensor cores, bound a KV block (2 x 66 MUFU.EX2 of 8 cycles = 1056 against 1024).
+//   PROLOGUE (0 or 1) each consumer's Q by cp.async, issued before the block barrier that publishes the
+//            mbarriers: the whole tile in flight at once (the plain loads take two round trips, 4 loads
+//            a thread each), under the barrier set-up and the first stage's TMA.
+//   EPILOGUE (0 or 1) O's stores from two row pointers worked out once (a store: its row's pointer plus
+//            a compile-time column offset), not each store's address from (row, column) behind its own
+//            branch: 802 -> 276 instructions a warp after the last product at D128 (SASS, static).
 #include "attention_hopper_common.cuh"
+#include "exp2_fma.cuh"
+
+namespace hkjit_attn_hopper {
+// exp2_fma's polynomial for P's type (EXP_FMA): degree 3 where P is bf16 (a rounding up to 2^-9), 4 for
+// fp16 (2^-12). An enumerator, like the kernel's own: a static constexpr member becomes a cubin symbol.
+template <class T> struct exp_poly_degree { enum : int { value = 4 }; };
+template <> struct exp_poly_degree<hk::bf16> { enum : int { value = 3 }; };
+}  // namespace hkjit_attn_hopper
 
 template <class T, int D, int BKV, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC, bool PINGPONG,
           bool OVERLAP = false, hkjit_attn_hopper::kv_producer LOADS = hkjit_attn_hopper::kv_producer::cpasync,
-          int LEAN = 0>
+          int KNOBS = 0>
 struct attention_fwd_hopper {
+  // KNOBS: the consumer's overrides in one int (hkjit/ops/_hopper_attention_fwd.py, knobs()): bits 0-1
+  // LEAN, bits 2-5 EXP_FMA, bit 6 PROLOGUE, bit 7 EPILOGUE. One packed argument, not one each, so that
+  // adding an override leaves the type of every earlier configuration, and with it the names and bytes
+  // of its cubin, as they were. (Enumerators, not static constexpr members: NVRTC emits a symbol for
+  // each of those in the cubin.)
+  enum : int {
+    LEAN = KNOBS & 3, EXP_FMA = (KNOBS >> 2) & 15, PROLOGUE = (KNOBS >> 6) & 1, EPILOGUE = (KNOBS >> 7) & 1
+  };
   static constexpr bool TMA = LOADS == hkjit_attn_hopper::kv_producer::tma;
   static constexpr bool CPASYNC = LOADS == hkjit_attn_hopper::kv_producer::cpasync;
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
@@ -58,6 +84,7 @@ struct attention_fwd_hopper {
   static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes two consumer warpgroups");
   static_assert(!OVERLAP || STAGES >= 3, "the loop-top wait holds stages j - 2 and j - 1 while it waits for stage j");
   static_assert(!(TMA && VARLEN), "TMA streams dense (batch, head) views; packed rows run into the next sequence");
+  static_assert(EXP_FMA >= 0 && EXP_FMA <= 8, "0 to 8 of every 16 scores on the FMA pipe");
   static constexpr int BQ = CONSUMERS * 64;                  // query rows per block
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
@@ -180,6 +207,13 @@ struct attention_fwd_hopper {
     if constexpr (PINGPONG) hk::named_barrier_arrive(SCHED_BARRIER + (consumer ^ 1), 2 * hk::WARPGROUP_THREADS);
   }
 
+  // EXP_FMA: score register k's exponential on the FMA pipe? k % 16 walks a thread's 4 column groups
+  // of 8 keys (2 rows x 2 columns each); k * EXP_FMA mod 16 < EXP_FMA picks EXP_FMA of the 16 residues
+  // spread evenly (2: k % 16 = 0, 8; 4: 0, 4, 8, 12), so that the polynomials interleave with MUFU.EX2
+  // in program order. The polynomial's degree follows P's precision (exp2_fma.cuh).
+  enum : int { POLY_DEGREE = hkjit_attn_hopper::exp_poly_degree<T>::value };
+  static __device__ constexpr bool on_fma(int k) { return (k % 16) * EXP_FMA % 16 < EXP_FMA; }
+
   // Scores of block j -> unnormalised probabilities, in place: mask keys past the sequence and
   // (causal) past each row's diagonal on edge blocks only; the running max m (log2 units of the
   // scaled scores) and this thread's partial row sums l move on; alpha rescales the old O and l.
@@ -235,7 +269,8 @@ struct attention_fwd_hopper {
     }
 #pragma unroll
     for (int k = 0; k < s_t::regs; ++k) {
-      const float p = hk::fast_exp2(fmaf(sc.v[0][k], sl2, -base[(k % 4) / 2]));
+      const float x = fmaf(sc.v[0][k], sl2, -base[(k % 4) / 2]);
+      const float p = on_fma(k) ? hkjit_exp2::exp2_fma<POLY_DEGREE>(x) : hk::fast_exp2(x);
       sc.v[0][k] = p;
       l[(k % 4) / 2] += p;
     }
@@ -276,13 +311,23 @@ struct attention_fwd_hopper {
       hk::mma_AB(o, p, ring[stage].v, true);
   }
 
+  // Row 0 of this block's (batch, head) of q.
+  static __device__ __forceinline__ const T* q_rows(const args& g, const seq_t& s) {
+    const int b = blockIdx.z, h = blockIdx.y;
+    return g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
+  }
+
   static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
                                  hk::mbarrier* full, hk::mbarrier* empty, int consumer) {
     const int b = blockIdx.z, h = blockIdx.y, tid = hk::warpgroup_thread();
     const int row0 = blockIdx.x * BQ + consumer * 64;          // first query row of this warpgroup
     const bool warp_leader = tid % 32 == 0;
-    const T* qb = g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
-    load_tile(mine.q, qb, g.q_sr, row0, s.lq, 0, tid);
+    if constexpr (PROLOGUE) {
+      asm volatile("cp.async.wait_all;" ::: "memory");        // Q's copies (issued in run()) have landed
+    } else {
+      const T* qb = g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
+      load_tile(mine.q, qb, g.q_sr, row0, s.lq, 0, tid);
+    }
     hk::fence_proxy_async();
     hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
     // Consumer 0 issues first: consumer 1 hands it the first turn. Each consumer then waits for its
@@ -401,12 +446,32 @@ struct attention_fwd_hopper {
       lse[r] = none ? hk::neg_inf() : (m[r] + __log2f(l[r])) * 0.69314718055994531f;
     }
     T* ob = g.o + b * g.o_sb + h * g.o_sh + (long long)s.q0 * g.o_sr;
+    if constexpr (EPILOGUE) {
+      // Element k (even) of row r sits at column (k / 4) * 8 + 2 (tid % 4): the lane's part goes into
+      // the row's pointer, the rest is an immediate offset of the store.
+      T* rp[2];
+      bool in[2];
 #pragma unroll
-    for (int k = 0; k < o_t::regs; k += 2) {
-      const int row = row0 + o_t::row(0, k), col = o_t::col(k);
-      if (row >= s.lq) continue;
-      const int r = (k % 4) / 2;
-      *reinterpret_cast<unsigned*>(ob + (long long)row * g.o_sr + col) = hk::pack2<T>(o.v[0][k] * inv[r], o.v[0][k + 1] * inv[r]);
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + o_t::row(0, 2 * r);
+        in[r] = row < s.lq;
+        rp[r] = ob + (long long)row * g.o_sr + 2 * (tid % 4);
+      }
+#pragma unroll
+      for (int k = 0; k < o_t::regs; k += 2) {
+        const int r = (k % 4) / 2;
+        if (in[r])
+          *reinterpret_cast<unsigned*>(rp[r] + (k / 4) * 8) =
+              hk::pack2<T>(o.v[0][k] * inv[r], o.v[0][k + 1] * inv[r]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < o_t::regs; k += 2) {
+        const int row = row0 + o_t::row(0, k), col = o_t::col(k);
+        if (row >= s.lq) continue;
+        const int r = (k % 4) / 2;
+        *reinterpret_cast<unsigned*>(ob + (long long)row * g.o_sr + col) = hk::pack2<T>(o.v[0][k] * inv[r], o.v[0][k + 1] * inv[r]);
+      }
     }
     if (g.lse && tid % 4 == 0) {
       float* lb = g.lse + b * g.lse_sb + h * g.lse_sh + (long long)s.q0 * g.lse_sr;
@@ -431,6 +496,13 @@ struct attention_fwd_hopper {
     hk::mbarrier* empty = full + STAGES;
     const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
     if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
+    if constexpr (PROLOGUE) {
+      // Q's copies first: they need no barrier (consume waits for them with cp.async.wait_all).
+      const int c = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);   // warp-uniform, as below
+      if (c < CONSUMERS)
+        hkjit_attn_hopper::load_tile_async<VEC, true>(cons[c].q, q_rows(g, s), g.q_sr, blockIdx.x * BQ + c * 64, s.lq,
+                                                      hk::warpgroup_thread());
+    }
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
         hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes; else

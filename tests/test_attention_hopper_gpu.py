@@ -2,10 +2,11 @@
 consumers, stages, load width) against a float32 reference: O and LSE, D64/D128, causal or not, GQA,
 ragged N, N_q != N_k, unaligned (4-byte) rows, varlen lengths 1..4097, outputs poisoned first.
 (tests/test_attention_gpu.py covers the op's layouts and dtypes with the default configuration.)
-The variants (`overlap`, `lean`, `producer="lsu"` / `"cpasync"` beside the default "tma",
-docs/notes/attention_hopper.md) run through the same cases, plus bnhd / fp16 / GQA, new pointers on a
+The variants (`overlap`, `lean`, `exp_fma`, `prologue`, `epilogue`, `producer="lsu"` / `"cpasync"` beside
+the default "tma", docs/notes/attention_hopper.md) run through the same cases, plus bnhd / fp16 / GQA, new pointers on a
 repeat call (the tensor maps follow) and the refusals that need real pointers (TMA on 4-byte rows,
-TMA with varlen); "lsu", overlap and lean also through the 4-byte rows and the varlen lengths.
+TMA with varlen); "lsu", overlap, lean, exp_fma and prologue/epilogue also through the 4-byte rows and
+the varlen lengths; exp_fma on scores spread over hundreds (arguments below -127 give 0).
 Skipped where no CUDA GPU is present (CI)."""
 
 import math
@@ -31,9 +32,16 @@ VARIANTS = [dict(producer="lsu", overlap=1), dict(producer="lsu", overlap=1, blo
             # under its own P V (alone and beside the overrides they compose with)
             dict(lean=1), dict(lean=2), dict(lean=1, block_kv=64, stages=4), dict(lean=2, producer="cpasync"),
             dict(lean=2, consumers=1), dict(lean=2, pingpong=0), dict(lean=1, overlap=1),
-            dict(lean=2, block_kv=64, stages=4)]
+            dict(lean=2, block_kv=64, stages=4),
+            # exp_fma: n of every 16 exponentials on the FMA pipe (a polynomial, exp2_fma.cuh)
+            dict(exp_fma=2), dict(exp_fma=4, lean=2), dict(exp_fma=8, block_kv=64, stages=4),
+            dict(exp_fma=3, consumers=1),
+            # prologue: Q by cp.async before the barrier set-up; epilogue: O stored from two row pointers
+            dict(prologue=1, epilogue=1), dict(prologue=1, epilogue=1, lean=2, exp_fma=2),
+            dict(epilogue=1, consumers=1), dict(prologue=1, block_kv=64, stages=4, producer="cpasync")]
 # the tile sets that serve every input (varlen, 4-byte rows): the default producer "cpasync" and "lsu"
-ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4), dict(lean=1), dict(lean=2)]
+ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4), dict(lean=1), dict(lean=2),
+             dict(exp_fma=2, lean=2), dict(prologue=1, epilogue=1)]
 CASES = [  # (batch, heads, kv_heads, n_q, n_k, head_dim, causal)
     (1, 4, 2, 333, 1025, 64, False), (2, 4, 1, 1025, 333, 128, True), (1, 2, 2, 1, 4097, 128, True),
     (1, 3, 3, 200, 200, 64, True), (2, 2, 1, 129, 65, 128, False),
@@ -96,6 +104,24 @@ def test_variants_bnhd_fp16(tiles, d, causal):
     hkjit.attention(q, k, v, causal=causal, layout="bnhd", out=out, lse=lse, **tiles)
     ref_o, ref_lse = torch_reference(*(x.transpose(1, 2) for x in (q, k, v)), causal, 1 / math.sqrt(d))
     check_torch(out.transpose(1, 2), lse, ref_o, ref_lse, f"bnhd fp16 D{d} causal={causal} {tiles}")
+
+
+@pytest.mark.parametrize("tiles", [dict(exp_fma=8), dict(exp_fma=2, lean=2)], ids=str)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_exp_fma_wide_scores(tiles, dtype):
+    """Scores spread over hundreds (log2 units): many exponentials' arguments fall below -127, where
+    the polynomial must give 0 as MUFU.EX2 does; rows that see no key (causal, N_q > N_k) stay O = 0,
+    LSE = -inf. Against float32, and beside exp_fma=0 on the same inputs."""
+    import torch
+    dt = getattr(torch, dtype)
+    q = torch.randn(2, 4, 700, 64, device="cuda", dtype=dt) * 6
+    k, v = (torch.randn(2, 2, 517, 64, device="cuda", dtype=dt) * s for s in (6, 1))
+    ref_o, ref_lse = torch_reference(q, k, v, True, 1 / math.sqrt(64))
+    for t in (tiles, dict()):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((2, 4, 700), float("nan"), device="cuda")
+        hkjit.attention(q, k, v, causal=True, out=out, lse=lse, **t)
+        check_torch(out, lse, ref_o, ref_lse, f"wide scores {dtype} {t}")
 
 
 @pytest.mark.parametrize("tiles", [dict(producer="tma"), dict(producer="tma", overlap=1, block_kv=64)], ids=str)

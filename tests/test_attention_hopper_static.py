@@ -60,7 +60,16 @@ VARIANTS = [dict(head_dim=128, overlap=ov, producer=pr, stages=st, block_kv=kv, 
             dict(head_dim=128, lean=1, consumers=1), dict(head_dim=64, lean=1, overlap=1, pingpong=0),
             dict(head_dim=128, lean=1, producer="lsu", block_kv=64), dict(head_dim=128, lean=2, causal=True),
             dict(head_dim=64, lean=2), dict(head_dim=128, lean=2, producer="cpasync", varlen=True),
-            dict(head_dim=64, lean=2, block_kv=64, stages=4, align=8)]
+            dict(head_dim=64, lean=2, block_kv=64, stages=4, align=8)] + \
+           [dict(head_dim=64, exp_fma=2), dict(head_dim=64, exp_fma=4, lean=2, causal=True),
+            dict(head_dim=128, exp_fma=2, dtype="float16", causal=True), dict(head_dim=64, exp_fma=8, block_kv=64, stages=4),
+            dict(head_dim=64, exp_fma=3, producer="cpasync", varlen=True, dtype="float16"),
+            dict(head_dim=64, exp_fma=1, lean=1, align=4), dict(head_dim=128, exp_fma=6, lean=2, consumers=1)] + \
+           [dict(head_dim=128, prologue=1), dict(head_dim=128, epilogue=1, causal=True),
+            dict(head_dim=64, prologue=1, epilogue=1, lean=2, exp_fma=2),
+            dict(head_dim=128, prologue=1, epilogue=1, varlen=True, dtype="float16", causal=True),
+            dict(head_dim=64, prologue=1, epilogue=1, align=4), dict(head_dim=128, prologue=1, consumers=1, align=8),
+            dict(head_dim=64, epilogue=1, producer="lsu", block_kv=64)]
 
 
 @needs_nvrtc
@@ -297,6 +306,57 @@ def test_lean_loop_sass(params, lean, tmp_path):
     assert any(op.startswith("BAR.RED.OR") for op in ops) == (lean == 2)
 
 
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("nvdisasm") is None,
+                    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("params,n", [(dict(head_dim=64), 2), (dict(head_dim=64, causal=True, lean=2, dtype="float16"), 4)],
+                         ids=str)
+def test_exp_fma_loop_sass(params, n, tmp_path):
+    """exp_fma=n (docs/notes/attention_hopper_fwd_exp.md): of a thread's 64 scores a KV block, 4n leave
+    MUFU.EX2 for the polynomial (each a clamp at -127, the round-to-integer adds, DEGREE FFMA of Horner
+    and one LEA into the exponent field: 3 for bf16, 4 for fp16); the rest of the loop is unchanged."""
+    (_, _, _, fmul), base = _loop_counts(params, tmp_path)
+    (_, _, _, efmul), loop = _loop_counts({**params, "exp_fma": n}, tmp_path)
+    count = lambda lp, pred: sum(1 for op, arg in lp if pred(op, arg))
+    moved, degree = 4 * n, 4 if params.get("dtype") == "float16" else 3
+    assert count(base, lambda o, a: o == "MUFU.EX2") == 66 and count(loop, lambda o, a: o == "MUFU.EX2") == 66 - moved
+    assert count(loop, lambda o, a: o == "FMNMX" and "-127" in a) == moved
+    assert count(loop, lambda o, a: o == "FADD" and "12582912" in a) == 2 * moved
+    assert count(loop, lambda o, a: o == "FFMA") - count(base, lambda o, a: o == "FFMA") == degree * moved
+    assert efmul == fmul
+
+
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("nvdisasm") is None,
+                    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("params", [dict(head_dim=128), dict(head_dim=64, causal=True, dtype="float16")], ids=str)
+def test_prologue_epilogue_sass(params, tmp_path):
+    """A block's fixed costs (docs/notes/attention_hopper_fwd_exp.md). prologue=1: Q's 16-byte cp.async
+    copies all issued before the block barrier (bar 0), no plain Q loads or generic stores; epilogue=1:
+    the same O and LSE stores from at most half the instructions after the last HGMMA, and a
+    branch-free store run (no BSSY a store). Both leave the KV loop as it was."""
+    def parts(p):
+        ops = [op for op, _ in _sass(_compile(p)[1].code, tmp_path) if op != "LABEL"]
+        mma = [i for i, op in enumerate(ops) if op.startswith("HGMMA")]
+        end = next(i for i in range(mma[-1], len(ops)) if ops[i] == "EXIT")
+        return ops[:mma[0]], ops[mma[-1] + 1:end + 1], ops[mma[0]:mma[-1] + 1]
+    pro, epi, body = parts(params)
+    ppro, _, pbody = parts({**params, "prologue": 1})
+    _, oepi, obody = parts({**params, "epilogue": 1})
+    barrier = ppro.index("BAR.SYNC.DEFER_BLOCKING")
+    pieces = 64 * params["head_dim"] // 8 // 128
+    # the whole tile unrolled, plus the rolled loop of a tile that runs past the sequence
+    assert ppro[:barrier].count("LDGSTS.E.BYPASS.128") == pieces + 1 and "LDG.E.128" not in ppro, ppro
+    assert pro.count("LDG.E.128") >= 1 and not any(op.startswith("LDGSTS") for op in pro)
+    stg = lambda part: sum(op.startswith("STG") for op in part)
+    assert stg(oepi) == stg(epi) and 2 * len(oepi) < len(epi), (len(epi), len(oepi))
+    assert oepi.count("BSSY") < epi.count("BSSY") - stg(epi) // 2
+    # the products' stretch (first block, loop, last P V) much as it was: register allocation moves a
+    # little; prologue=1 adds 6 uniform instructions a KV block at D128 (ptxas rematerialises the shared
+    # window's 1 KiB-aligned base in the loop; the same with the copies issued inside consume)
+    assert abs(len(obody) - len(body)) <= 8 and 0 <= len(pbody) - len(body) <= 32, (len(body), len(pbody), len(obody))
+
+
 def test_args_layout():
     assert ctypes.sizeof(F.Args) == 200   # attention_fwd_hopper.cuh static_asserts the same
     assert F.Args.q_sb.offset == 56 and F.Args.batch.offset == 176 and F.Args.scale_log2.offset == 196
@@ -351,6 +411,10 @@ def test_default_table_and_limits():
     assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::tma>")
     assert F.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
     assert F.kernel_type(F.configure(SM90, p, dict(lean=2))).endswith("::tma, 2>")
+    # exp_fma: off by default; packed with lean into the one KNOBS argument (lean=1/2 keep their types)
+    assert c["exp_fma"] == 0 and F.kernel_type(F.configure(SM90, p, dict(exp_fma=2))).endswith("::tma, 8>")
+    assert F.kernel_type(F.configure(SM90, p, dict(lean=2, exp_fma=8))).endswith("::tma, 34>")
+    assert F.kernel_type(F.configure(SM90, p, dict(prologue=1, epilogue=1))).endswith("::tma, 192>")
     cp = F.configure(SM90, p, dict(producer="cpasync"))
     assert F.checks(cp) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
     assert F.dynamic_smem(t) == F.dynamic_smem(c) == F.dynamic_smem(cp)    # TMA fills the same swizzled stages
@@ -366,7 +430,8 @@ def test_default_table_and_limits():
     with pytest.raises(InvalidArgumentError, match="stages >= 3"):
         F.configure(SM90, p, dict(overlap=1, stages=2))
     for bad in (dict(overlap=2), dict(overlap=True), dict(producer="cp.async"), dict(producer=1), dict(lean=3),
-                dict(lean=True)):
+                dict(lean=True), dict(exp_fma=5), dict(exp_fma=16), dict(exp_fma=True), dict(exp_fma="2"),
+                dict(prologue=2), dict(epilogue=True)):
         with pytest.raises(InvalidArgumentError, match="valid choices"):
             F.configure(SM90, p, bad)
     with pytest.raises(InvalidArgumentError, match="varlen"):

@@ -29,9 +29,12 @@ BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) f
             for v in (1, 2, 7)] + \
            [dict(head_dim=128, causal=True, dkdv_consumer=v) for v in (3, 5)]
 # The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
-# its own P V), on the forward alone
+# its own P V; exp_fma: a share of the exponentials as polynomials on the FMA pipe), on the forward alone
 FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False, True) for n in (1, 2)] + \
-          [dict(head_dim=128, causal=True, lean=2, producer="cpasync"), dict(head_dim=64, lean=2, align=4)]
+          [dict(head_dim=128, causal=True, lean=2, producer="cpasync"), dict(head_dim=64, lean=2, align=4)] + \
+          [dict(head_dim=d, causal=c, exp_fma=n, lean=ln) for d in (64, 128) for c in (False, True)
+           for n, ln in ((2, 0), (4, 2))] + \
+          [dict(head_dim=64, exp_fma=8, dtype="float16", causal=True), dict(head_dim=64, exp_fma=3, align=4, lean=1)]
 
 SCRIPT = r"""
 import json, sys

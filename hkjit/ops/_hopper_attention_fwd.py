@@ -39,8 +39,15 @@ causal mask one compare a score, the row max in four chains, O rescaled after th
 the ping-pong turn) and only where a row's max moved (a warp vote; skipping a multiplication by
 exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block at D128 551 -> 426
 SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; measured on H100
-slower than the default in 4 of 5 rows (up to 13%; docs/notes/attention_hopper.md), not a default. Rejected before anything compiles, naming the limit: shared memory
-beyond the 227 KiB a block may use.
+slower than the default in 4 of 5 rows (up to 13%; docs/notes/attention_hopper.md), not a default. `exp_fma`
+(0, 1, 2, 3, 4, 6 or 8; docs/notes/attention_hopper_fwd_exp.md): that many of every 16 of a thread's scores
+take their exponential on the FMA pipe (range reduction and a polynomial of relative error 1.0e-4 for bf16,
+2.9e-6 for fp16: kernel_sources/exp2_fma.cuh) instead of MUFU.EX2, which bounds a KV block at D64.
+`prologue` (0 or 1): each consumer's Q by cp.async issued before the block's barrier set-up (one round trip,
+not two); `epilogue` (0 or 1): O stored from two row pointers worked out once (802 -> 276 SASS instructions
+a warp after the last product at D128): fixed costs a block pays once, which weigh most at short N.
+exp_fma, prologue and epilogue: compile-checked only, not yet run on a GPU. Rejected before anything
+compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
 import ctypes
@@ -55,12 +62,16 @@ from ..targets import parse as _parse_target
 
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
-TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer", "lean")
+TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue",
+         "epilogue")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
-_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0),
-             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0)}
+_DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0, exp_fma=0,
+                 prologue=0, epilogue=0),
+             128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0, exp_fma=0,
+                  prologue=0, epilogue=0)}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
-            "producer": ("lsu", "tma", "cpasync"), "lean": (0, 1, 2)}
+            "producer": ("lsu", "tma", "cpasync"), "lean": (0, 1, 2), "exp_fma": (0, 1, 2, 3, 4, 6, 8),
+            "prologue": (0, 1), "epilogue": (0, 1)}
 # setmaxnreg of the producer warpgroup (2 consumers). cp.async: 24 would do for NVRTC 13.5, but 13.0
 # (what torch's CUDA 13.0 wheels bring) spilled there; with 8- or 4-byte rows (2-4x the copies a stage)
 # it keeps the plain loads' 72.
@@ -137,12 +148,20 @@ def configure(target, p: dict, tiles: dict) -> Config:
 
 def template_params(cfg) -> dict:
     return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec",
-                                "pingpong", "overlap", "producer", "lean")}
+                                "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue", "epilogue")}
+
+
+def knobs(cfg) -> int:
+    """The kernel's KNOBS argument: the consumer's overrides packed in one int (lean: bits 0-1, exp_fma:
+    bits 2-5, prologue: bit 6, epilogue: bit 7), so that a new one leaves earlier configurations' types,
+    and cubins, unchanged."""
+    return int(cfg["lean"]) | int(cfg["exp_fma"]) << 2 | int(cfg["prologue"]) << 6 | int(cfg["epilogue"]) << 7
 
 
 def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
-    lean = f", {int(cfg['lean'])}" if cfg["lean"] else ""      # LEAN: left out at 0, so the default's string stays
+    k = knobs(cfg)
+    lean = f", {k}" if k else ""      # KNOBS: left out at 0, so the default's string stays
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
             f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
             f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}{lean}>")

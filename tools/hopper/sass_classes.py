@@ -10,6 +10,7 @@ KV block runs), and dump hkjit's attention forward cubin for a tile configuratio
     python3 tools/hopper/sass_classes.py loop A.sass B.sass ...      # the consumer loop, side by side
     PYTHONPATH=. python3 tools/hopper/sass_classes.py hkjit-bwd OUT_PREFIX "{'dkdv_consumer': 3}"
     python3 tools/hopper/sass_classes.py bwd-loop A.sass B.sass ...  # the backward's consumer loop
+    python3 tools/hopper/sass_classes.py edges A.sass B.sass ...     # a block's prologue and epilogue
 
 Ranges are hex byte addresses as nvdisasm prints them (/*3670*/), END inclusive; after the first
 range, comma-separated START-END pairs are skipped. `hkjit-fwd` writes OUT_PREFIX.{cu,cubin,ptx,log}
@@ -290,6 +291,29 @@ def _write(prefix: str, spec, unit: str) -> None:
         out.with_suffix(".sass").write_text(sass)
 
 
+def edges(path) -> dict:
+    """What a forward block issues outside its KV loop, counted statically (each instruction once; the
+    paths are straight-line but for rare branches: thread 0's barrier set-up, rows past the sequence):
+    "prologue", entry to the first HGMMA (the barrier set-up, the register split, the Q load, the first
+    stage wait); "epilogue", after the last HGMMA to the first unconditional EXIT (the last P V's wait,
+    O /= l, LSE, O's and LSE's stores). With the opcodes that say how: global loads / cp.async / stores."""
+    instrs = parse(path)
+    ops = [(a, opcode(t), t) for a, t in instrs]
+    mma = [i for i, (_, op, _) in enumerate(ops) if op.startswith("HGMMA")]
+    end = next(i for i in range(mma[-1], len(ops)) if ops[i][1] == "EXIT" and not ops[i][2].strip().startswith("@"))
+    out = {}
+    for name, part in (("prologue", ops[:mma[0]]), ("epilogue", ops[mma[-1] + 1:end + 1])):
+        kinds = Counter(op.split(".")[0] for _, op, _ in part)
+        out[name] = (len(part), {k: kinds[k] for k in ("LDG", "LDGSTS", "ST", "STS", "STG", "BSSY", "BAR") if kinds[k]})
+    return out
+
+
+def _edges_main(listings: list[str]) -> None:
+    for path in listings:
+        e = edges(path)
+        print(f"{Path(path).stem:24s} " + "  ".join(f"{k} {n} {kinds}" for k, (n, kinds) in e.items()))
+
+
 def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
     from hkjit import compiler, spec as spec_mod
     from hkjit.ops import _hopper_attention_fwd as F
@@ -322,6 +346,8 @@ if __name__ == "__main__":
         _count_main(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "loop":
         _loop_main(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "edges":
+        _edges_main(sys.argv[2:])
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "hkjit-fwd":
         _hkjit_fwd_main(sys.argv[2], ast.literal_eval(sys.argv[3]) if len(sys.argv) == 4 else {})
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "hkjit-bwd":
