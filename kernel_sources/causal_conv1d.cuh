@@ -45,6 +45,11 @@
 //   PREFETCH      software pipelining: the next step's loads (L-major: also across work items) are
 //                 issued before the current step's arithmetic (a second tile of registers).
 //   MIN_BLOCKS    blocks per SM the NVIDIA compiler must fit (a register cap; 1: none).
+//   DIRECT        channel-last only: a thread whose VEC channels lie below dim, in a step whose CHUNKS
+//                 time steps lie inside the segment, reads and writes through a pointer walked by
+//                 the time stride (one add and one access a time step) instead of the tile path's
+//                 per-access row and column checks, 64-bit row products and branches; edge
+//                 channels and steps keep the tile path. false: the tile path everywhere.
 //
 // args (the kernel's single parameter, passed by value), fields in this order:
 //   const T* x; T* y;                  element (b, d, t) at x + b xs0 + d xs1 + t xs2 (y: ys*)
@@ -86,7 +91,7 @@ template <bool SILU> HK_INLINE float activate(float v) {
 }  // namespace conv1d_detail
 
 template <class T, class TW, int W, bool SILU, bool CHANNEL_LAST, int VEC, int THREADS, int ROW_THREADS, int CHUNKS,
-          bool PREFETCH, int MIN_BLOCKS>
+          bool PREFETCH, int MIN_BLOCKS, bool DIRECT = false>
 struct causal_conv1d {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -109,6 +114,7 @@ struct causal_conv1d {
                 "ROW_THREADS: a power of two dividing THREADS");
   static_assert(CHANNEL_LAST || (ROW_THREADS >= 4 && ROW_THREADS <= hk::WARP_THREADS),
                 "L-major rows: 4 to a warp of lanes (a halo lies at most 3 lanes back)");
+  static_assert(CHANNEL_LAST || !DIRECT, "DIRECT: channel-last x only");
 
   // L-major: one row of CHUNKS chunks per lane; channel-last: CHUNKS time steps of VEC channels.
   using tile = hk::rt_row<T, CHANNEL_LAST ? CHUNKS : 1, ROW_THREADS * VEC * (CHANNEL_LAST ? 1 : CHUNKS), VEC, ROW_THREADS>;
@@ -293,18 +299,26 @@ struct causal_conv1d {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) hist[h][j] = hk::to_float(hk::detail::elem<T>(ht.d[0][0], j));
       }
+      // DIRECT: this thread's channels at time step t are at px + t xs2 (py + t ys2); whole steps
+      // of whole channels take the pointer walk (see load_step / store_step).
+      const int d0 = c0 + tile::col(0, 0);
+      const bool cols_in = ok && d0 + VEC <= a.dim;
+      const T* px = a.x + (b * a.xs0 + d0);
+      T* py = a.y + (b * a.ys0 + d0);
+      const int t_stop = ok ? t_end : 0;
       // PREFETCH: the next step's loads are issued before this step's arithmetic (past the
       // segment's end they read nothing).
       tile xt;
-      if constexpr (PREFETCH) hk::load(xt, gx, t_begin, c0);
+      if constexpr (PREFETCH) load_step(xt, gx, px, a.xs2, t_begin, c0, cols_in, t_stop);
       for (int t0 = t_begin; t0 < t_begin + a.seg_len; t0 += CHUNKS) {
         tile nxt, o;
-        if constexpr (PREFETCH) hk::load(nxt, gx, t0 + CHUNKS, c0);
-        else hk::load(xt, gx, t0, c0);
+        if constexpr (PREFETCH) load_step(nxt, gx, px, a.xs2, t0 + CHUNKS, c0, cols_in, t_stop);
+        else load_step(xt, gx, px, a.xs2, t0, c0, cols_in, t_stop);
         ftile f;
         hk::convert(f, xt);
 #pragma unroll
-        for (int u = 0; u < CHUNKS; ++u)
+        for (int u = 0; u < CHUNKS; ++u) {
+          float v[VEC];
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
             float acc = bias[j];
@@ -313,8 +327,11 @@ struct causal_conv1d {
               const int q = u - H + i;                         // time offset from t0
               acc += w[i][j] * (q >= 0 ? f.get(q * VEC + j) : hist[q < 0 ? q + H : 0][j]);
             }
-            o.set(u * VEC + j, conv1d_detail::activate<SILU>(acc));
+            v[j] = conv1d_detail::activate<SILU>(acc);
+            if constexpr (!PAIRS) o.set(u * VEC + j, v[j]);
           }
+          if constexpr (PAIRS) put_pairs(o, u, v);
+        }
 #pragma unroll
         for (int h = 0; h < H; ++h)
 #pragma unroll
@@ -322,10 +339,52 @@ struct causal_conv1d {
             const int q = CHUNKS - H + h;
             hist[h][j] = q >= 0 ? f.get(q * VEC + j) : hist[q < 0 ? q + H : 0][j];   // a later entry: not yet replaced
           }
-        hk::store(gy, o, t0, c0);
+        store_step(gy, o, py, a.ys2, t0, c0, cols_in, t_stop);
         if constexpr (PREFETCH) xt = nxt;
       }
     }
+  }
+
+  // With DIRECT on NVIDIA, 16-bit outputs are rounded in pairs (one cvt.rn.bf16x2 / f16x2 a pair:
+  // the same rounding as one at a time, half the conversions and no merging of halves).
+#if HK_CUDA
+  static constexpr bool PAIRS = DIRECT && sizeof(T) == 2 && VEC % 2 == 0;
+#else
+  static constexpr bool PAIRS = false;
+#endif
+  HK_INLINE static void put_pairs(tile& o, int u, const float (&v)[VEC]) {
+#if HK_CUDA
+#pragma unroll
+    for (int j = 0; j < VEC; j += 2) o.d[0][u].w[j / 2] = hk::pack2<T>(v[j], v[j + 1]);
+#endif
+  }
+
+  // The CHUNKS time steps from t of this thread's channels: with DIRECT, where they and the
+  // channels are whole (t + CHUNKS <= t_stop, cols_in), one VEC-element access a time step at p,
+  // p + xs2, ...; otherwise the tile path (rows past t_stop read as zeros, columns past dim masked).
+  HK_INLINE static void load_step(tile& xt, const hk::gl<T>& gx, const T* px, long long xs2, int t, int c0,
+                                  bool cols_in, int t_stop) {
+    if constexpr (DIRECT) {
+      if (cols_in && t + CHUNKS <= t_stop) {
+        const T* p = px + t * xs2;
+#pragma unroll
+        for (int u = 0; u < CHUNKS; ++u, p += xs2) xt.d[0][u] = hk::detail::ld_global<VEC * (int)sizeof(T)>(p);
+        return;
+      }
+    }
+    hk::load(xt, gx, t, c0);
+  }
+  HK_INLINE static void store_step(const hk::gl<T>& gy, const tile& o, T* py, long long ys2, int t, int c0,
+                                   bool cols_in, int t_stop) {
+    if constexpr (DIRECT) {
+      if (cols_in && t + CHUNKS <= t_stop) {
+        T* p = py + t * ys2;
+#pragma unroll
+        for (int u = 0; u < CHUNKS; ++u, p += ys2) hk::detail::st_global<VEC * (int)sizeof(T)>(p, o.d[0][u]);
+        return;
+      }
+    }
+    hk::store(gy, o, t, c0);
   }
 };
 

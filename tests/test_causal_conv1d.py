@@ -154,6 +154,11 @@ def run_strided(arch, layout, batch, dim, length, width, dtype, tiles=None):
     ("bld", (1, 5, 30, 3, "float32"), dict(chunks=2, seg_len=16)),       # several segments, 2 steps a load
     ("bld", (2, 130, 9, 2, "float16"), dict(row_threads=8, chunks=1, seg_len=2, stages=1)),
     ("bld", (1, 40, 50, 4, "bfloat16"), dict(vec=8, chunks=3, seg_len=9, stages=1)),
+    # direct=1: whole steps through the walked pointer, edge channels and steps through the tile path
+    ("bld", (2, 67, 41, 4, "bfloat16"), dict(direct=1)),
+    ("bld", (1, 5, 30, 3, "float32"), dict(chunks=2, seg_len=16, direct=1)),
+    ("bld", (2, 130, 33, 3, "float16"), dict(vec=4, row_threads=8, chunks=2, seg_len=8, direct=1)),
+    ("bld", (1, 40, 50, 4, "bfloat16"), dict(vec=8, chunks=3, seg_len=9, stages=1, direct=1)),
 ])
 def test_simulated_strided_and_channel_last(cache_dir, arch, layout, shape, tiles):
     run_strided(arch, layout, *shape, tiles=tiles)
@@ -239,6 +244,10 @@ def test_bad_input_is_refused_before_compiling(cache_dir):
         hkjit.build("causal_conv1d", target="gfx950", batch=1, dim=8, len=64, row_threads=2)
     with pytest.raises(InvalidArgumentError, match="seg_len"):
         hkjit.build("causal_conv1d", target="gfx950", batch=1, dim=8, len=64, seg_len=100)
+    with pytest.raises(InvalidArgumentError, match="direct=1"):     # the walked pointer: channel-last only
+        hkjit.build("causal_conv1d", target="gfx950", batch=1, dim=8, len=64, direct=1)
+    with pytest.raises(InvalidArgumentError, match="direct=2"):
+        hkjit.build("causal_conv1d", target="gfx950", batch=1, dim=8, len=64, layout="bld", direct=2)
     with pytest.raises(InvalidArgumentError, match="state_len"):
         hkjit.build("causal_conv1d_update", target="gfx950", batch=1, dim=8, state_len=2, width=4)
     assert "read-only" in str(pytest.raises(InvalidArgumentError, hkjit.causal_conv1d_update, xs, read_only, w,
@@ -279,6 +288,7 @@ def test_schedule_per_shape():
 
 STATIC = [dict(batch=8, dim=4096, len=2048, activation="silu"),
           dict(batch=8, dim=4096, len=2048, activation="silu", layout="bld"),
+          dict(batch=8, dim=4096, len=2048, activation="silu", layout="bld", direct=1),
           dict(batch=1, dim=64, len=4097, width=2, dtype="float32", align=4),
           dict(batch=4, dim=256, len=100, width=3, dtype="float16", weight_dtype="float32")]
 
@@ -355,6 +365,8 @@ def test_gpu(shape, dtype):
             new = hkjit.causal_conv1d(x, w, b, activation=act)         # a new out, laid out like x
             assert new.stride() == x.stride() or min(dim, length) == 1 or layout == "bdl"
             assert torch.equal(new, out)
+            if layout == "bld" and dim > 1:   # read channel-last: the walked pointer, the same bits
+                assert torch.equal(hkjit.causal_conv1d(x, w, b, activation=act, direct=1), out)
     # Mamba's call: a channel slice of a (B, L, 3 D) projection, fp32 weights
     if min(shape) > 1:
         big = torch.randn(batch, length, 3 * dim, device="cuda", dtype=dt)
@@ -363,6 +375,7 @@ def test_gpu(shape, dtype):
         got = hkjit.causal_conv1d(x, w32, b32, activation="silu")
         ref = _torch_conv(torch, x, w32, b32, True)
         assert ((got.double() - ref).norm() / ref.norm()).item() < TOL[dtype]
+        assert torch.equal(hkjit.causal_conv1d(x, w32, b32, activation="silu", direct=1), got)
 
 
 @pytest.mark.gpu

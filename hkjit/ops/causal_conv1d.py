@@ -16,6 +16,8 @@ schedule (every choice a keyword override; docs/notes/causal_conv1d.md has the m
                  row_threads threads cover row_threads * vec channels (4 bytes each: per-channel
                  taps and halo stay few registers) and walk the time steps, chunks at a time, the
                  next chunks' loads issued before this step's math; min_blocks caps registers.
+                 direct=1 (not yet the default: unmeasured) reads and writes whole steps through
+                 a pointer walked by the time stride, without the tile path's per-access checks.
     segments     rows (channel blocks) too few to fill the device are cut into segments along L;
                  a segment re-reads only the W - 1 elements before it.
 Run-time: shapes and strides, the segment length, the bias pointer (null: none).
@@ -37,7 +39,7 @@ DTYPES_IN = FLOAT_OUTPUTS
 WIDTHS = (2, 3, 4)
 ACTIVATIONS = {None: "none", "silu": "silu", "swish": "silu"}
 LAYOUTS = ("bdl", "bld")          # x's memory order: L contiguous, or channels contiguous (B, L, D)
-TILES = ("vec", "threads", "row_threads", "chunks", "seg_len", "stages", "min_blocks", "blocks")
+TILES = ("vec", "threads", "row_threads", "chunks", "seg_len", "stages", "min_blocks", "blocks", "direct")
 # Schedule per target and layout (NVIDIA: from an H200 sweep, tools/causal_conv1d_sweep.py and
 # docs/notes/causal_conv1d.md; CDNA: not measured on hardware, the same shape of schedule with
 # 256-thread blocks). L-major: a thread's registers hold its chunks twice over (the step computed
@@ -48,6 +50,7 @@ STAGES = {"bdl": 1, "bld": 2}                 # 2: the next step's loads issued 
 CL_VEC_BYTES = 4                              # channel-last: bytes of channels a thread holds
 CL_CHUNKS = 8                                 # channel-last: time steps a step (loads in flight)
 CL_MIN_BLOCKS = {"nvidia": 4, "amd": 1}       # channel-last: 64 registers at 256 threads (NVIDIA)
+CL_DIRECT = 0                 # channel-last: 1 walks a pointer for whole steps (no per-access checks)
 # Threads that keep the device's memory busy (H100/H200: 132 SMs x ~1000; MI300X: 304 CUs x ~430):
 # fewer rows than that are cut into segments, small problems get fewer chunks per lane.
 TARGET_THREADS = 1 << 17
@@ -150,8 +153,12 @@ def configure(name, target, p, tiles) -> Config:
     if min_blocks * threads > 2048:
         raise InvalidArgumentError(f"{name}: min_blocks={min_blocks}; at most {2048 // threads} blocks of {threads} "
                                    "threads fit a multiprocessor")
+    direct = tiles.get("direct", CL_DIRECT if layout == "bld" else 0)
+    if direct not in (0, 1) or (direct and layout != "bld"):
+        raise InvalidArgumentError(f"{name}: direct={direct}; 1 (channel-last x: whole steps through a walked "
+                                   "pointer) or 0 (the tile path); L-major x takes 0")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
-                  seg_len=seg_len, segs=segs, stages=stages, min_blocks=min_blocks, blocks=blocks)
+                  seg_len=seg_len, segs=segs, stages=stages, min_blocks=min_blocks, blocks=blocks, direct=direct)
 
 
 class CausalConv1dOp(Op):
@@ -179,9 +186,9 @@ class CausalConv1dOp(Op):
         kernel_type = (f"causal_conv1d<{DTYPES[p['dtype']].cpp}, {tw}, {p['width']}, "
                        f"{str(p['activation'] == 'silu').lower()}, {str(p['layout'] == 'bld').lower()}, {cfg['vec']}, "
                        f"{cfg['threads']}, {cfg['row_threads']}, {cfg['chunks']}, {str(cfg['stages'] == 2).lower()}, "
-                       f"{cfg['min_blocks']}>")
+                       f"{cfg['min_blocks']}, {str(cfg['direct'] == 1).lower()}>")
         params = {k: cfg[k] for k in ("dtype", "weight_dtype", "width", "activation", "layout", "vec", "threads",
-                                      "row_threads", "chunks", "stages", "min_blocks")}
+                                      "row_threads", "chunks", "stages", "min_blocks", "direct")}
         spec = spec_mod.Specialization(self.name, target, SOURCE, kernel_type, "hkjit_causal_conv1d",
                                        spec_mod.make_params(params),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))
@@ -497,7 +504,8 @@ def causal_conv1d(x, weight, bias=None, *, activation=None, out=None, device=Non
     any batch and time strides: Mamba's layout). weight: (dim, W), W in 2..4, x's dtype or float32,
     any strides; bias: optional (dim,) of weight's dtype. activation: None, 'silu' or 'swish'.
     fp32 math, one rounding. out: optional array of x's shape, dtype and layout; a new one (laid
-    out like x) otherwise. Tile overrides: vec, threads, row_threads, chunks, seg_len, blocks.
+    out like x) otherwise. Tile overrides: vec, threads, row_threads, chunks, seg_len, stages,
+    min_blocks, blocks, direct (channel-last: 1 walks a pointer through whole steps).
     """
     options = _act_option(CAUSAL_CONV1D.name, activation)
     if out is None:
