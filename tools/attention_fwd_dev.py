@@ -7,7 +7,8 @@ same inputs, one process; each variant's output is also compared with SDPA flash
     PYTHONPATH=. python3 tools/attention_fwd_dev.py --once 16,16,16,8192,128,0   # one call each (for ncu)
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s count the forward's 4·B·H·N²·D
-(halved when causal); times are medians (hkjit.bench.timing.median_ms). The default variants are
+(halved when causal); times are medians (hkjit.bench.timing.median_ms), over ROUNDS (environment,
+default 1) rounds that interleave variants and peers; spread is (max - min) / median over the rounds. The default variants are
 the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer
 "lsu"/"tma"/"cpasync" x (stages 3 or 4 at block_kv 64, stages 3 at block_kv 128; 4 stages of 128
 keys exceed shared memory at D128).
@@ -15,6 +16,7 @@ keys exceed shared memory at D128).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -29,6 +31,7 @@ VARIANTS = ";".join(["{}"] + [str(v) for v in GRID if v != dict(overlap=0, produ
 
 def main():
     shapes, variants, once = command_line(__doc__, SHAPES, VARIANTS)
+    rounds = int(os.environ.get("ROUNDS", "1"))
     import torch
     import hkjit
     from hkjit.bench.attention import _sdpa_peers
@@ -42,26 +45,41 @@ def main():
         return
     peers = _sdpa_peers(torch)
     print(f"{'shape':<26} {'variant':<66} {'ms':>7} {'TFLOP/s':>8} {'cuDNN':>6} {'flash':>6} {'/cuDNN':>6} "
-          f"{'/flash':>6} {'/best':>6} {'rel diff':>8}", flush=True)
+          f"{'/flash':>6} {'/best':>6} {'rel diff':>8} {'spread':>6}", flush=True)
     for b, h, hkv, n, d, c in shapes:
         causal = bool(c)
         q, k, v = inputs(torch, b, h, hkv, n, d)
         flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
-        peer_tf = {name: flops / median_ms(lambda: fn(q, k, v, causal)) / 1e9 for name, fn in peers.items()}
         ref = peers["SDPA flash"](q, k, v, causal).float()
-        cu, fl = peer_tf["SDPA cuDNN"], peer_tf["SDPA flash"]
         label = f"B{b} H{h}/{hkv} N{n} D{d} {'causal' if causal else 'full'}"
-        for tiles in variants:
+        rel, failed, times = {}, {}, {}
+        for tiles in variants:   # checked once, before anything is timed
             try:
                 out = torch.full_like(q, float("nan"))
                 hkjit.attention(q, k, v, causal=causal, out=out, **tiles)
-                rel = ((out.float() - ref).norm() / ref.norm()).item()
-                ms = median_ms(lambda: hkjit.attention(q, k, v, causal=causal, out=out, **tiles))
-                tf = flops / ms / 1e9
-                print(f"{label:<26} {str(tiles):<66} {ms:7.3f} {tf:8.1f} {cu:6.0f} {fl:6.0f} {tf / cu:6.2f} "
-                      f"{tf / fl:6.2f} {tf / max(cu, fl):6.2f} {rel:8.1e}", flush=True)
+                rel[str(tiles)] = ((out.float() - ref).norm() / ref.norm()).item()
             except Exception as e:   # a refused variant (e.g. shared memory) must not stop the rest
-                print(f"{label:<26} {str(tiles):<66} {type(e).__name__}: {str(e)[:120]}", flush=True)
+                failed[str(tiles)] = f"{type(e).__name__}: {str(e)[:120]}"
+        # rounds interleave the variants and the peers, so a drift of the clocks over the shape's
+        # minutes falls on all of them alike; each figure is the median over the rounds
+        for _ in range(rounds):
+            for name, fn in peers.items():
+                times.setdefault(name, []).append(median_ms(lambda: fn(q, k, v, causal)))
+            for tiles in variants:
+                if str(tiles) not in failed:
+                    times.setdefault(str(tiles), []).append(
+                        median_ms(lambda: hkjit.attention(q, k, v, causal=causal, out=out, **tiles)))
+        tf = {key: flops / statistics.median(ms) / 1e9 for key, ms in times.items()}
+        cu, fl = tf["SDPA cuDNN"], tf["SDPA flash"]
+        for tiles in variants:
+            key = str(tiles)
+            if key in failed:
+                print(f"{label:<26} {key:<66} {failed[key]}", flush=True)
+                continue
+            spread = (max(times[key]) - min(times[key])) / statistics.median(times[key])
+            print(f"{label:<26} {key:<66} {statistics.median(times[key]):7.3f} {tf[key]:8.1f} {cu:6.0f} {fl:6.0f} "
+                  f"{tf[key] / cu:6.2f} {tf[key] / fl:6.2f} {tf[key] / max(cu, fl):6.2f} {rel[key]:8.1e} "
+                  f"{spread:6.1%}", flush=True)
         torch.cuda.empty_cache()
 
 

@@ -23,11 +23,12 @@ CONV = {   # (batch, dim, len, layout): tile overrides to try besides the defaul
     (4, 8192, 4096, "bdl"): [dict(chunks=2), dict(chunks=2, threads=256), dict(stages=2, chunks=2)],
     # channel-last: direct=1 walks a pointer through whole steps (no per-access bounds checks, 64-bit
     # row products or branches: about half the instructions a byte, docs/notes/causal_conv1d.md)
-    (8, 4096, 2048, "bld"): [dict(min_blocks=1), dict(stages=1), dict(seg_len=128),
-                             dict(direct=1), dict(direct=1, stages=1), dict(direct=1, min_blocks=3),
-                             dict(direct=1, chunks=4), dict(direct=1, threads=128, min_blocks=8),
-                             dict(direct=1, seg_len=128), dict(direct=1, vec=4, chunks=4, min_blocks=2)],
-    (4, 8192, 4096, "bld"): [dict(direct=1), dict(direct=1, min_blocks=3)],
+    (8, 4096, 2048, "bld"): [dict(direct=1), dict(direct=1, seg_len=64), dict(direct=1, seg_len=128),
+                             dict(direct=1, seg_len=256), dict(direct=1, seg_len=128, threads=128, min_blocks=8),
+                             dict(direct=1, seg_len=128, stages=1), dict(direct=1, seg_len=64, min_blocks=4),
+                             dict(direct=1, seg_len=128, chunks=4)],
+    (4, 8192, 4096, "bld"): [dict(direct=1), dict(direct=1, seg_len=128), dict(direct=1, seg_len=256),
+                             dict(direct=1, seg_len=128, threads=128, min_blocks=8)],
 }
 
 

@@ -33,9 +33,9 @@ lanes copy LSE and Delta by 4-byte cp.async, warp 3 adds dQ (dq_warp=1, load_war
 producer keeps 24 registers so the consumers get 240. Needs dense batches and 16-byte aligned q, k, v
 and grad_out (pointers and strides): passed explicitly otherwise, refused naming dkdv_producer='cpasync'.
 
-`dkdv_consumer` (0, the default and the kernel measured; 1, 2, 3, 5 or 7; "tma" producer only, whose
-consumers have 240 registers): prepared variants of the consumer step, bits that combine (compile-checked
-only, not yet run on a GPU). 1, wait placement (FlashAttention-3's order): wait for S alone and compute P
+`dkdv_consumer` (0, 1, 2, 3, 5 or 7; "tma" producer only, whose consumers have 240 registers; default 2,
+3 when causal, 0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and
+timed on H100 (docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute P
 while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
@@ -216,7 +216,8 @@ class Main(_Base):
             loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
                             f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
-        consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", 0), _CONSUMERS)
+        consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(p, producer)),
+                           _CONSUMERS)
         if consumer and producer != "tma":
             _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
                  f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
@@ -231,6 +232,15 @@ class Main(_Base):
                  f"dS^T and two fp32 dQ buffers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; "
                  "lower dkdv_stages")
         return cfg
+
+    @staticmethod
+    def _default_consumer(p, producer) -> int:
+        """With the TMA producer: stmatrix for dS^T (2) and, when causal, FA3's wait placement too (3).
+        Two H100 runs over 8 shapes (docs/notes/attention_hopper.md): 2 was 1-4% faster than 0 on every
+        full shape; 3 was 2-8% faster on causal D128 but 1-7% slower than 2 on full D128."""
+        if producer != "tma":
+            return 0
+        return 3 if p["causal"] else 2
 
     @staticmethod
     def _default_producer(p, tiles) -> str:
