@@ -55,7 +55,7 @@ def alignment(itemsize, rows, *pointers_and_strides):
     return max(align, itemsize)
 
 
-SWITCHES = ("exact", "packed_wb")   # tile overrides that turn a kernel path off (0) or on (1)
+SWITCHES = ("exact", "packed_wb", "direct")   # tile overrides that turn a kernel path off (0) or on (1)
 
 
 def check_ints(op, tiles, accepted=ROW_TILES):
