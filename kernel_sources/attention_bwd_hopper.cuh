@@ -112,11 +112,6 @@ __device__ __forceinline__ void wait_until(const int* p, int value) {
 __device__ __forceinline__ void release_add(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ int acq_rel_add(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
 __device__ __forceinline__ void store_relaxed(int* p, int v) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
@@ -214,7 +209,7 @@ struct attention_bwd_prep_hopper {
 // registers: at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer. With
 // TMA it keeps 24 and the consumers get 240.
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
-          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0, int SEGS = 1>
+          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
@@ -227,18 +222,7 @@ struct attention_bwd_dkdv_hopper {
   static_assert(CONSUMER >= 0 && CONSUMER <= 7 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA),
                 "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), on the TMA "
                 "kernel's 240 registers");
-  static_assert(SEGS == 1 || (TMA && (SEGS == 2 || SEGS == 4 || SEGS == 8)),
-                "dQ segments: 1, or 2, 4 or 8 on the TMA kernel (its dQ warp)");
   static constexpr bool WAITS = CONSUMER & 1, STSM = CONSUMER & 2, EARLY_DV = CONSUMER & 4;
-  // SEGS > 1: the KV blocks of a head add dQ in SEGS interleaved chains (block i in chain i % SEGS,
-  // after block i - SEGS), each into its own accumulator, and the block that completes the last chain
-  // sums the SEGS accumulators in chain order: still one fixed order of fp32 adds, so deterministic.
-  // Why: blocks of a head start together and step through the query blocks in lockstep, so block i's
-  // add waits for block i - 1's and the chain's latency piles up along it (block i lags i adds behind
-  // block 0 and, two dQ buffers later, so do its consumers); SEGS chains are SEGS times shorter.
-  // Workspace per query block: SEGS semaphores and a counter of completed chains; scratch: SEGS
-  // accumulators.
-  static constexpr int SEM_STRIDE = SEGS == 1 ? 1 : SEGS + 1;
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
@@ -321,10 +305,6 @@ struct attention_bwd_dkdv_hopper {
       last = see < last ? see : last;
     }
     const long long slot = ((long long)b * g.heads + h) * ga.q_blocks + m;
-    if constexpr (SEGS > 1) {
-      const int seg = blockIdx.x % SEGS;
-      return {h, q0, last, ga.semaphores + slot * SEM_STRIDE + seg, ga.dq_accum + (slot * SEGS + seg) * DQ_FLOATS};
-    }
     return {h, q0, last, ga.semaphores + slot, ga.dq_accum + slot * DQ_FLOATS};
   }
 
@@ -419,10 +399,6 @@ struct attention_bwd_dkdv_hopper {
   static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
                                                             dq_buf& src, hk::mbarrier& empty, int lane) {
     const int i = blockIdx.x;
-    if constexpr (SEGS > 1) {
-      write_dq_segments(ga, d, s, src, empty, lane);
-      return;
-    }
     if (lane == 0) {
       add_partial(d, src, empty, i);             // then the generic accesses: release, reads below
       if (i != d.last)
@@ -449,51 +425,6 @@ struct attention_bwd_dkdv_hopper {
         const float4 y = __ldcg(sum + j * hk::WARPGROUP_THREADS);
         if (lo) *reinterpret_cast<unsigned*>(o + 8 * j) = hk::pack2<T>(y.x * mul, y.y * mul);
         if (hi) *reinterpret_cast<unsigned*>(o + 8 * g.dq_sr + 8 * j) = hk::pack2<T>(y.z * mul, y.w * mul);
-      }
-    }
-  }
-
-  // SEGS > 1 (see SEM_STRIDE): block i adds into chain i % SEGS's accumulator after block i - SEGS;
-  // the last block of a chain counts the chain complete, and the block that completes the last one
-  // converts: the SEGS sums added in chain order, scaled, written as dQ. Every counter ends zero.
-  static __device__ void write_dq_segments(const args& ga, const dq_step& d, const seq_t& s, dq_buf& src,
-                                           hk::mbarrier& empty, int lane) {
-    const int i = blockIdx.x, seg = i % SEGS;
-    const int chains = d.last + 1 < SEGS ? d.last + 1 : SEGS;     // chains with a block: 0 .. chains - 1
-    int converts = 0;
-    if (lane == 0) {
-      add_partial(d, src, empty, i / SEGS);
-      if (i + SEGS <= d.last) {
-        hkjit_attn_hopper::release_add(d.sem, 1);
-      } else {                                   // the chain's last block
-        if (i >= SEGS) hkjit_attn_hopper::store_relaxed(d.sem, 0);
-        int* const done = d.sem - seg + SEGS;
-        converts = chains == 1 || hkjit_attn_hopper::acq_rel_add(done, 1) == chains - 1;
-        if (converts && chains > 1) hkjit_attn_hopper::store_relaxed(done, 0);
-      }
-    }
-    if (!__shfl_sync(0xffffffffu, converts, 0)) return;   // (and the lanes read the sums after lane 0's acquire)
-    const auto& g = ga.a;
-    const int row = d.q0 + lane / 4;
-    T* const out = (T*)g.dq + blockIdx.z * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + row) * g.dq_sr + (lane % 4) * 2;
-    const float mul = g.scale;
-    // Half a float4 at a time (rows r, then r + 8): the producer warp has 24 registers.
-    const float2* const acc0 = reinterpret_cast<const float2*>(d.acc - seg * DQ_FLOATS);
-#pragma unroll 1
-    for (int w = 0; w < 4; ++w) {
-#pragma unroll 1
-      for (int jh = 0; jh < 2 * 8 * DQ_WG; ++jh) {
-        const int j = jh / 2, h8 = jh % 2;
-        if (row + 16 * w + 8 * h8 >= s.lq) continue;
-        const float2* const at = acc0 + 2 * (j * hk::WARPGROUP_THREADS + 32 * w + lane) + h8;
-        float2 y = __ldcg(at);
-#pragma unroll 1
-        for (int c = 1; c < chains; ++c) {
-          const float2 x = __ldcg(at + c * (DQ_FLOATS / 2));
-          y.x += x.x;
-          y.y += x.y;
-        }
-        *reinterpret_cast<unsigned*>(out + (16 * w + 8 * h8) * g.dq_sr + 8 * j) = hk::pack2<T>(y.x * mul, y.y * mul);
       }
     }
   }

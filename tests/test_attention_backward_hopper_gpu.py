@@ -2,8 +2,7 @@
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
 kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps, the
 dkdv_producer="tma" variant and its refusals, the dkdv_consumer variants: wait placement, early dV,
-stmatrix dS^T, and that they give the default's bits; dQ in interleaved chains, dq_segments, and the
-counters it leaves zero for the next call); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
+stmatrix dS^T, and that they give the default's bits); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
 N_q != N_k, fp16, bnhd strides, varlen with lengths 1..4097;
 gradients poisoned (NaN) first; under torch.compile against eager;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
@@ -33,9 +32,6 @@ BY_MAPS = dict(dkdv_producer="tma")
 # the TMA kernel's consumer variants (prepared; bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1)
 CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 (3 causal) the TMA default
 TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)]
-# dQ added in 2, 4 or 8 interleaved chains (fewer KV blocks than chains included: n_k 64, 257, 300)
-SEGMENTS = [dict(dq_segments=v) for v in (2, 4, 8)] + [dict(dq_segments=4, dkdv_stages=3, dkdv_consumer=0)]
-TILES += SEGMENTS
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 
 
@@ -330,21 +326,3 @@ def test_cuda_graph_capture_and_replay_of_the_backward():
         want = step()
         assert all(torch.equal(a, b) for a, b in zip(outs, want)), "replay differs from eager"
         assert all(torch.equal(a, b) for a, b in zip(outs_fresh, want)), "second graph's replay differs"
-
-
-@pytest.mark.parametrize("segs", [2, 8])
-def test_segments_leave_the_workspace_zero(segs):
-    """dq_segments waits on per-chain semaphores and a chain counter in the launcher's kept workspace:
-    every one must end zero, or the next call (any configuration on that workspace) adds out of order
-    or waits forever. Segmented, default, segmented again on one shape: each correct, the two
-    segmented runs bit-identical."""
-    import torch
-    b, h, hkv, nq, nk, d, causal = 2, 4, 2, 700, 900, 128, True
-    q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
-    ref = torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d))
-    first, _ = _run(q, k, v, do, causal, dq_segments=segs)
-    plain, _ = _run(q, k, v, do, causal)
-    last, _ = _run(q, k, v, do, causal, dq_segments=segs)
-    for grads, what in ((first, "first"), (plain, "default"), (last, "again")):
-        check_grads(grads, ref, f"dq_segments={segs} {what}")
-    assert all(torch.equal(a, c) for a, c in zip(first, last)), "segmented runs differ: not deterministic"

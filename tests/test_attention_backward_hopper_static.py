@@ -48,8 +48,6 @@ TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128
                dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
                dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
 # dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1; the TMA producer's 240 registers)
-SEGMENT_CONFIGS = [dict(head_dim=128, dq_segments=4), dict(head_dim=64, causal=True, dq_segments=8),
-                   dict(head_dim=128, causal=True, dtype="float16", dq_segments=2, dkdv_consumer=0)]
 CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
                     for v in (1, 2, 3, 5, 7)] + \
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
@@ -69,8 +67,7 @@ def _compile(kernel, params):
 
 @needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
-                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS
-                          + SEGMENT_CONFIGS],
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -268,26 +265,6 @@ def test_consumer_configuration_and_refusals():
             B.DKDV.configure(SM90, {**p, **extra}, tiles)
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         B.DQ.configure(SM90, p, dict(dkdv_consumer=1))
-
-
-def test_segments_configuration_and_refusals():
-    """dq_segments: named in the kernel type (with the consumer) only when not 1, so the default's kernel
-    is unchanged; the workspace holds segs semaphores and a chain counter per query block and the
-    scratch segs accumulators; refused off the TMA kernel and for values other than 1, 2, 4, 8."""
-    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
-    c = B.DKDV.configure(SM90, p, dict(dq_segments=4))
-    assert B.DKDV.kernel_type(c).endswith(", true, 1, true, 2, 4>")
-    assert B.DKDV.kernel_type(B.DKDV.configure(SM90, p, {})).endswith(", true, 1, true, 2>")
-    slots = 2 * 8 * 16                                       # batch x heads x ceil(1000 / 64)
-    assert B.DKDV.workspace(c, p) == ((slots * 5 * 4 + 255) // 256 * 256,) * 2 + (4 * slots * 64 * 128 * 4,)
-    assert B.DKDV.workspace(B.DKDV.configure(SM90, p, {}), p)[2] == slots * 64 * 128 * 4
-    for extra, tiles, msg in (({}, dict(dq_segments=3), "dq_segments=3; valid choices: 1, 2, 4, 8"),
-                              ({}, dict(dq_segments=True), "dq_segments=True; valid choices"),
-                              ({}, dict(dq_segments=2, dkdv_producer="cpasync"),
-                               "dq_segments=2 with dkdv_producer='cpasync'; valid choices: 1"),
-                              ({"varlen": True}, dict(dq_segments=4), "dq_segments=4 with dkdv_producer='cpasync'")):
-        with pytest.raises(InvalidArgumentError, match=msg):
-            B.DKDV.configure(SM90, {**p, **extra}, tiles)
 
 
 def test_tma_configuration_and_refusals(monkeypatch):

@@ -41,13 +41,6 @@ barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs.
 
-`dq_segments` (1, the default, 2, 4 or 8; "tma" producer only): the KV blocks of a head add their dQ
-partials in that many interleaved chains (block i after block i - segments), each into its own fp32
-accumulator; the block completing the last chain sums them in chain order. Deterministic still (one
-fixed order of adds); a chain segments times shorter, for the blocks of a head start together and
-each link (semaphore, bulk add, completion) waits on the one before (docs/notes/attention_hopper.md).
-Costs segments x the accumulators' scratch and segments + 1 semaphores a query block.
-
 Device memory (dkdv; varlen: sized by the longest sequence):
 - workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
   block), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
@@ -81,7 +74,6 @@ _LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the produc
 _PRODUCERS = ("cpasync", "tma")
 # dkdv_consumer, bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV (with 1 only)
 _CONSUMERS = (0, 1, 2, 3, 5, 7)
-_SEGMENTS = (1, 2, 4, 8)               # dq_segments: chains of dQ adds (attention_bwd_hopper.cuh SEM_STRIDE)
 
 
 class WorkspaceArgs(ctypes.Structure):
@@ -195,9 +187,9 @@ class Prep(_Base):
 class Main(_Base):
     """dK, dV and dQ: one block per 128 keys of a KV head."""
     name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer",
-                                 "dkdv_consumer", "dq_segments"), WorkspaceArgs
+                                 "dkdv_consumer"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
-              "load_warps", "producer", "consumer", "segs")
+              "load_warps", "producer", "consumer")
     UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
@@ -230,14 +222,9 @@ class Main(_Base):
             _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
                  f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
                  "dkdv_producer='tma' serves dense batches with 16-byte aligned inputs)")
-        segs = _choice(where, "dq_segments", tiles.get("dq_segments", 1), _SEGMENTS)
-        if segs != 1 and producer != "tma":
-            _err(f"{where}: dq_segments={segs} with dkdv_producer={producer!r}; valid choices: 1 (the chains of dQ "
-                 "adds are split on the TMA kernel's dQ warp; dkdv_producer='tma' serves dense batches with 16-byte "
-                 "aligned inputs)")
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
                      stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
-                     load_warps=loads, producer=producer, consumer=consumer, segs=segs)
+                     load_warps=loads, producer=producer, consumer=consumer)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -295,9 +282,8 @@ class Main(_Base):
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
                 f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}"
-                # consumer 0 and one dQ chain named by omission: their kernels, keys and code stay those measured
-                + (f", {int(cfg['consumer'])}, {int(cfg['segs'])}>" if cfg["segs"] != 1 else
-                   f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
+                # the default (0) named by omission: its kernel, key and code stay those measured
+                + (f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
@@ -321,9 +307,9 @@ class Main(_Base):
     def workspace(self, cfg, p) -> tuple:
         """(workspace bytes, of them zeroed, scratch bytes): the semaphores (all zeroed) and the dQ
         accumulators."""
-        slots, segs = p["batch"] * p["heads"] * self.q_blocks(p), cfg["segs"]
-        sems = (slots * (segs + 1 if segs > 1 else 1) * 4 + 255) // 256 * 256   # + a chain counter (segments)
-        return sems, sems, segs * slots * BLOCK_Q * cfg["head_dim"] * 4
+        slots = p["batch"] * p["heads"] * self.q_blocks(p)
+        sems = (slots * 4 + 255) // 256 * 256
+        return sems, sems, slots * BLOCK_Q * cfg["head_dim"] * 4
 
     def fill(self, cfg, encode=encode_tensor_map, **arguments) -> ctypes.Structure:
         _check_pointers(cfg, arguments, ("q", "k", "v", "do"), ("dq", "dk", "dv"))
