@@ -124,6 +124,11 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned 
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                :: "l"(dst), "r"(hk::smem_addr(src)), "r"(bytes) : "memory");
 }
+// Global -> shared bulk copy, its bytes counted on `bar` (announced with arrive_expect_tx).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, hk::mbarrier& bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(hk::smem_addr(dst)), "l"(src), "r"(bytes), "r"(hk::smem_addr(&bar)) : "memory");
+}
 __device__ __forceinline__ void bulk_add(void* dst, const void* src, unsigned bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
                :: "l"(dst), "r"(hk::smem_addr(src)), "r"(bytes) : "memory");
@@ -260,10 +265,11 @@ struct attention_bwd_dkdv_hopper {
     dq_buf dq[2];
     stats_t stats[STAGES];
     hk::mbarrier full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
+    hk::mbarrier dq_sum;   // TMA: the last KV block's bulk load of the query block's sum
   };
   static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + int(sizeof(keys_block)) +
                                       2 * int(sizeof(ds_t)) + 2 * int(sizeof(dq_buf)) +
-                                      STAGES * int(sizeof(stats_t)) + (2 * STAGES + 4) * 8;
+                                      STAGES * int(sizeof(stats_t)) + (2 * STAGES + 5) * 8;
 
   // The query blocks of one head that see a key of [k0, k0 + BKV): causal starts at the first
   // query that sees key k0 (query i sees key j iff j <= i + Lk - Lq).
@@ -375,6 +381,7 @@ struct attention_bwd_dkdv_hopper {
   // semaphore equals i), a bulk reduction into the accumulator (block 0 stores); the shared buffer goes
   // back to the consumers once the bulk operation has read it, and the function returns once the add is
   // complete in global memory and visible to the generic accesses that follow.
+  template <bool FREE = true>   // FREE: the buffer back to the consumers once read (else the caller keeps it)
   static __device__ __forceinline__ void add_partial(const dq_step& d, dq_buf& src, hk::mbarrier& empty, int i) {
     if (i > 0) {
       hkjit_attn_hopper::wait_until(d.sem, i);
@@ -384,30 +391,44 @@ struct attention_bwd_dkdv_hopper {
       hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
     }
     hk::tma::store_commit();
-    hk::tma::store_wait_read<0>();               // shared memory read: the buffer is free
-    hk::arrive(empty);
+    if constexpr (FREE) {
+      hk::tma::store_wait_read<0>();             // shared memory read: the buffer is free
+      hk::arrive(empty);
+    }
     hk::tma::store_wait<0>();                    // the add is complete in global memory
     hkjit_attn_hopper::fence_proxy_async_global();
   }
 
   // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
-  // reduction as the others (a store where it is the only one), frees the buffer once it is read,
-  // waits for the sum to land and converts it from global memory. Without the shared operand the
-  // conversion holds one float4 a lane (reading the partial beside the sum spilled at 24), and the
-  // consumers get the buffer back before the conversion. The bulk fp32 add is the add the other
-  // variants do in registers (y + x), so dQ is the same sum, deterministic as before.
+  // reduction as the others (a store where it is the only one), keeps the buffer, bulk-loads the sum
+  // into it (one transfer) and converts it from shared memory, then frees it. (Converting straight
+  // from global memory, one float4 a lane at a time, took 64 dependent round trips to L2 a query
+  // block: measured on H100 as 30% of the whole backward at N2048 D128.) The bulk fp32 add is the add
+  // the other variants do in registers (y + x), so dQ is the same sum, deterministic as before.
   static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
-                                                            dq_buf& src, hk::mbarrier& empty, int lane) {
+                                                            dq_buf& src, hk::mbarrier& empty, hk::mbarrier& sum_bar,
+                                                            int lane) {
     const int i = blockIdx.x;
-    if (lane == 0) {
-      add_partial(d, src, empty, i);             // then the generic accesses: release, reads below
-      if (i != d.last)
+    if (i != d.last) {
+      if (lane == 0) {
+        add_partial(d, src, empty, i);
         hkjit_attn_hopper::release_add(d.sem, 1);
-      else if (i > 0)                            // nobody waits on it any more: the semaphores end zeroed
-        hkjit_attn_hopper::store_relaxed(d.sem, 0);
+      }
+      __syncwarp();
+      return;
     }
-    __syncwarp();                                // (the last block's lanes read the sum after lane 0's wait)
-    if (i != d.last) return;
+    if (lane == 0) {
+      add_partial<false>(d, src, empty, i);
+      if (i > 0) hkjit_attn_hopper::store_relaxed(d.sem, 0);   // nobody waits on it any more: zeroed
+      // A fresh barrier each time, so its phase is always 0 (a count of conversions kept across
+      // steps spilled the producer's 24 registers); the last one's waits are over (__syncwarp below).
+      hk::init(sum_bar, 1);
+      hk::fence_barrier_init();
+      hk::arrive_expect_tx(sum_bar, DQ_FLOATS * 4);
+      hkjit_attn_hopper::bulk_load(&src, d.acc, DQ_FLOATS * 4, sum_bar);
+    }
+    __syncwarp();                                // lane 0's init before the others' first try
+    hk::wait(sum_bar, 0);
     const auto& g = ga.a;
     // The sum's float4 (j, t) (t: a consumer thread's fragment index) holds rows r(t) and r(t) + 8,
     // columns 64 (j / 8) + 8 (j % 8) + 2 (t % 4) = 8 j + 2 (t % 4), + 1; lane l takes t = 32 w + l,
@@ -415,18 +436,21 @@ struct attention_bwd_dkdv_hopper {
     const int row = d.q0 + lane / 4;
     T* const out = (T*)g.dq + blockIdx.z * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + row) * g.dq_sr + (lane % 4) * 2;
     const float mul = g.scale;
+    // Rows r and r + 8 of a float4 in turn (h8): one row pointer and one bound live at a time.
 #pragma unroll 1
-    for (int w = 0; w < 4; ++w) {
-      const bool lo = row + 16 * w < s.lq, hi = row + 16 * w + 8 < s.lq;
-      T* const o = out + 16 * w * g.dq_sr;
-      const float4* sum = reinterpret_cast<const float4*>(d.acc) + 32 * w + lane;
+    for (int wh = 0; wh < 8; ++wh) {
+      const int w = wh / 2, h8 = wh % 2;
+      if (row + 16 * w + 8 * h8 >= s.lq) continue;
+      T* const o = out + (16 * w + 8 * h8) * g.dq_sr;
+      const float2* sum = reinterpret_cast<const float2*>(src.v + 32 * w + lane) + h8;
 #pragma unroll 1
       for (int j = 0; j < 8 * DQ_WG; ++j) {
-        const float4 y = __ldcg(sum + j * hk::WARPGROUP_THREADS);
-        if (lo) *reinterpret_cast<unsigned*>(o + 8 * j) = hk::pack2<T>(y.x * mul, y.y * mul);
-        if (hi) *reinterpret_cast<unsigned*>(o + 8 * g.dq_sr + 8 * j) = hk::pack2<T>(y.z * mul, y.w * mul);
+        const float2 y = sum[2 * j * hk::WARPGROUP_THREADS];
+        *reinterpret_cast<unsigned*>(o + 8 * j) = hk::pack2<T>(y.x * mul, y.y * mul);
       }
     }
+    __syncwarp();                                // every lane has read the buffer
+    if (lane == 0) hk::arrive(empty);
   }
 
   // DQ_WARP: the same hand-off on one warp (lane 0 issues, all 32 lanes convert on the last block).
@@ -443,7 +467,7 @@ struct attention_bwd_dkdv_hopper {
     const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
     hk::wait(full, (u >> 1) & 1);               // every lane waits on every phase (as above)
     if constexpr (TMA) {
-      write_dq_warp_lean(ga, d, s, src, empty, lane);
+      write_dq_warp_lean(ga, d, s, src, empty, sm.dq_sum, lane);
       return;
     }
     if (i != d.last) {

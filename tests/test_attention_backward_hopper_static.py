@@ -347,7 +347,7 @@ def test_default_table_and_limits():
     assert B.DQ.launch_grid(dq, p) == (8, 8, 2) and B.DKDV.launch_grid(dkdv, p) == (6, 2, 2)
     assert B.DQ.threads(dq) == 256 and B.DKDV.threads(dkdv) == 384 and B.consumer_regs(2) == 224
     assert B.DKDV.dynamic_smem(dkdv) == (1024 + 2 * 2 * 64 * 128 * 2 + 2 * 128 * 128 * 2 + 2 * 128 * 64 * 2
-                                         + 2 * 64 * 128 * 4 + 2 * (2 * 64 * 4 + 8) + 8 * 8)
+                                         + 2 * 64 * 128 * 4 + 2 * (2 * 64 * 4 + 8) + 9 * 8)   # 9 barriers
     sems = (2 * 8 * 16 * 4 + 255) // 256 * 256          # 16 query blocks of 64 rows
     assert B.DKDV.workspace(dkdv, p) == (sems, sems, 2 * 8 * 16 * 64 * 128 * 4)   # semaphores kept; dQ scratch
     assert B.DQ.workspace(dq, p) == (0, 0, 0)

@@ -272,10 +272,11 @@ class Main(_Base):
 
     def smem_bytes(self, cfg) -> int:
         """1 KiB alignment slack, the ring (Q and dO a stage), K and V (128 keys), two dS^T tiles (128 x
-        block_q), two fp32 dQ buffers (64 x head_dim), a stage's LSE, Delta and first row, barriers."""
+        block_q), two fp32 dQ buffers (64 x head_dim), a stage's LSE, Delta and first row, barriers (a
+        stage's two, each dQ buffer's two, the dQ sum's load)."""
         d, blk, stages = cfg["head_dim"], cfg["block"], cfg["stages"]
         return (1024 + stages * 2 * blk * d * 2 + 2 * BLOCK_KV * d * 2 + 2 * BLOCK_KV * blk * 2 + 2 * 64 * d * 4
-                + stages * (2 * blk * 4 + 8) + (2 * stages + 4) * 8)
+                + stages * (2 * blk * 4 + 8) + (2 * stages + 5) * 8)
 
     def kernel_type(self, cfg) -> str:
         b = lambda v: "true" if v else "false"  # noqa: E731
