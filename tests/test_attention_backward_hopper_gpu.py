@@ -30,7 +30,7 @@ TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4), CP, dict(
          dict(dkdv_producer="tma", dkdv_stages=3)]
 BY_MAPS = dict(dkdv_producer="tma")
 # the TMA kernel's consumer variants (prepared; bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1)
-CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 (3 causal) the TMA default
+CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 the TMA default
 TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)]
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 

@@ -34,7 +34,7 @@ producer keeps 24 registers so the consumers get 240. Needs dense batches and 16
 and grad_out (pointers and strides): passed explicitly otherwise, refused naming dkdv_producer='cpasync'.
 
 `dkdv_consumer` (0, 1, 2, 3, 5 or 7; "tma" producer only, whose consumers have 240 registers; default 2,
-3 when causal, 0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and
+0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and
 timed on H100 (docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute P
 while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
@@ -235,12 +235,11 @@ class Main(_Base):
 
     @staticmethod
     def _default_consumer(p, producer) -> int:
-        """With the TMA producer: stmatrix for dS^T (2) and, when causal, FA3's wait placement too (3).
-        Two H100 runs over 8 shapes (docs/notes/attention_hopper.md): 2 was 1-4% faster than 0 on every
-        full shape; 3 was 2-8% faster on causal D128 but 1-7% slower than 2 on full D128."""
-        if producer != "tma":
-            return 0
-        return 3 if p["causal"] else 2
+        """With the TMA producer: stmatrix for dS^T (2). H100, dK/dV kernel time over 10 shapes
+        (docs/notes/attention_hopper.md): 2 within 1% of 0 everywhere and up to 2% faster; 3 (FA3's
+        wait placement too) 1-7% slower once the dQ sum was converted from shared memory (it had been
+        ahead on causal shapes before, hiding the conversion's latency)."""
+        return 2 if producer == "tma" else 0
 
     @staticmethod
     def _default_producer(p, tiles) -> str:
