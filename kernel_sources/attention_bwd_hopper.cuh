@@ -214,7 +214,7 @@ struct attention_bwd_prep_hopper {
 // registers: at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer. With
 // TMA it keeps 24 and the consumers get 240.
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
-          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0, bool DQ_PIPE = false>
+          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
@@ -227,7 +227,6 @@ struct attention_bwd_dkdv_hopper {
   static_assert(CONSUMER >= 0 && CONSUMER <= 7 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA),
                 "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), on the TMA "
                 "kernel's 240 registers");
-  static_assert(!DQ_PIPE || TMA, "the two-lane dQ hand-off runs on the TMA kernel's dQ warp");
   static constexpr bool WAITS = CONSUMER & 1, STSM = CONSUMER & 2, EARLY_DV = CONSUMER & 4;
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
@@ -454,31 +453,6 @@ struct attention_bwd_dkdv_hopper {
     if (lane == 0) hk::arrive(empty);
   }
 
-  // DQ_PIPE (TMA): lanes 0 and 1 take the even and the odd steps, each its own dQ buffer, so one
-  // step's add (predecessor's semaphore, bulk add, its completion, release) runs while the other's
-  // waits: bulk groups are per thread, and a lane's completion round trip no longer bounds every
-  // step. Steps where this block converts the sum take the whole warp, after the two lanes' steps
-  // before (__syncwarp: then no lane can meet the buffer's barrier a phase early). Each query
-  // block's adds keep the KV blocks' order: deterministic, the same bits as the one-lane hand-off.
-  static __device__ void dq_warp_two_lanes(const args& ga, const seq_t& s, int qb0, int per_head, smem_t& sm, int n,
-                                           int lane) {
-#pragma unroll 1
-    for (int u = 0; u < n; ++u) {
-      const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
-      const int buf = u & 1;
-      if (blockIdx.x == d.last) {
-        __syncwarp();
-        hk::wait(sm.dq_full[buf], (u >> 1) & 1);
-        write_dq_warp_lean(ga, d, s, sm.dq[buf], sm.dq_empty[buf], sm.dq_sum, lane);
-      } else if (lane == buf) {                  // every phase of this buffer's barrier but the above
-        hk::wait(sm.dq_full[buf], (u >> 1) & 1);
-        add_partial(d, sm.dq[buf], sm.dq_empty[buf], blockIdx.x);
-        hkjit_attn_hopper::release_add(d.sem, 1);
-      }
-    }
-    __syncwarp();
-  }
-
   // DQ_WARP: the same hand-off on one warp (lane 0 issues, all 32 lanes convert on the last block).
   // The shared partial goes back to the consumers as soon as the bulk operation has read it; the
   // add's completion in global memory is waited for only before the release that lets block i + 1
@@ -608,11 +582,7 @@ struct attention_bwd_dkdv_hopper {
       // per-warp loops' counters and addresses in uniform registers (the producer has 24 others).
       const int warp = TMA ? __shfl_sync(0xffffffffu, tid / 32, 0) : tid / 32;
       if (warp == 3) {
-        if constexpr (DQ_PIPE) {
-          dq_warp_two_lanes(ga, s, qb0, per_head, sm, n, tid % 32);
-        } else {
-          for (int t = 0; t < n; ++t) write_dq_warp(ga, s, t, qb0, per_head, sm, tid % 32);
-        }
+        for (int t = 0; t < n; ++t) write_dq_warp(ga, s, t, qb0, per_head, sm, tid % 32);
         return;
       }
       if (warp >= LOAD_WARPS) return;

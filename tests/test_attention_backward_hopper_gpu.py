@@ -2,7 +2,7 @@
 real Hopper GPU: dQ, dK, dV against a float32 reference and torch SDPA's backward, across the
 kernel's configurations (stages, load width, the prepared dq_warp variant with 1-3 load warps, the
 dkdv_producer="tma" variant and its refusals, the dkdv_consumer variants: wait placement, early dV,
-stmatrix dS^T, the two-lane dQ hand-off dq_pipeline, and that they give the default's bits); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
+stmatrix dS^T, and that they give the default's bits); D64/D128, causal or not, MHA, GQA, MQA, ragged N,
 N_q != N_k, fp16, bnhd strides, varlen with lengths 1..4097;
 gradients poisoned (NaN) first; under torch.compile against eager;
 two runs bit-identical (deterministic). Skipped where no CUDA GPU is present (CI)."""
@@ -31,8 +31,6 @@ TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4), CP, dict(
 BY_MAPS = dict(dkdv_producer="tma")
 # the TMA kernel's consumer variants (prepared; bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1)
 CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 the TMA default
-# dq_pipeline=1: the dQ hand-off on two lanes (even and odd steps); same adds in the same order
-CONSUMER += [dict(dq_pipeline=1), dict(dq_pipeline=1, dkdv_consumer=0), dict(dq_pipeline=1, dkdv_stages=3)]
 TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)]
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 

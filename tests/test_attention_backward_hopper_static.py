@@ -48,8 +48,6 @@ TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128
                dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
                dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
 # dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1; the TMA producer's 240 registers)
-PIPE_CONFIGS = [dict(head_dim=128, dq_pipeline=1), dict(head_dim=64, causal=True, dq_pipeline=1, dkdv_stages=4),
-                dict(head_dim=128, causal=True, dtype="float16", dq_pipeline=1, dkdv_consumer=0)]
 CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
                     for v in (1, 2, 3, 5, 7)] + \
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
@@ -69,8 +67,7 @@ def _compile(kernel, params):
 
 @needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
-                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS
-                          + PIPE_CONFIGS],
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -267,21 +264,6 @@ def test_consumer_configuration_and_refusals():
             B.DKDV.configure(SM90, {**p, **extra}, tiles)
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         B.DQ.configure(SM90, p, dict(dkdv_consumer=1))
-
-
-def test_dq_pipeline_configuration_and_refusals():
-    """dq_pipeline=1 (the two-lane dQ hand-off): named in the kernel type only when on, so other kernels
-    are unchanged; the TMA kernel only; 0 or 1."""
-    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
-    assert B.DKDV.kernel_type(B.DKDV.configure(SM90, p, dict(dq_pipeline=1))).endswith(", true, 1, true, 2, true>")
-    assert B.DKDV.kernel_type(B.DKDV.configure(SM90, p, dict(dq_pipeline=0))).endswith(", true, 1, true, 2>")
-    for extra, tiles, msg in (({}, dict(dq_pipeline=2), "dq_pipeline=2; valid choices: 0, 1"),
-                              ({}, dict(dq_pipeline=True), "dq_pipeline=True; valid choices"),
-                              ({}, dict(dq_pipeline=1, dkdv_producer="cpasync"),
-                               "dq_pipeline=1 with dkdv_producer='cpasync'; valid choices: 0"),
-                              ({"varlen": True}, dict(dq_pipeline=1), "dq_pipeline=1 with dkdv_producer='cpasync'")):
-        with pytest.raises(InvalidArgumentError, match=msg):
-            B.DKDV.configure(SM90, {**p, **extra}, tiles)
 
 
 def test_tma_configuration_and_refusals(monkeypatch):

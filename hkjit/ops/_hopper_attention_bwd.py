@@ -187,9 +187,9 @@ class Prep(_Base):
 class Main(_Base):
     """dK, dV and dQ: one block per 128 keys of a KV head."""
     name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer",
-                                 "dkdv_consumer", "dq_pipeline"), WorkspaceArgs
+                                 "dkdv_consumer"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
-              "load_warps", "producer", "consumer", "dq_pipe")
+              "load_warps", "producer", "consumer")
     UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
@@ -222,14 +222,9 @@ class Main(_Base):
             _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
                  f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
                  "dkdv_producer='tma' serves dense batches with 16-byte aligned inputs)")
-        pipe = _choice(where, "dq_pipeline", tiles.get("dq_pipeline", 0), (0, 1))
-        if pipe and producer != "tma":
-            _err(f"{where}: dq_pipeline=1 with dkdv_producer={producer!r}; valid choices: 0 (the pipelined dQ hand-off "
-                 "runs on the TMA kernel's dQ warp; dkdv_producer='tma' serves dense batches with 16-byte aligned "
-                 "inputs)")
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
                      stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
-                     load_warps=loads, producer=producer, consumer=consumer, dq_pipe=pipe)
+                     load_warps=loads, producer=producer, consumer=consumer)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -287,9 +282,8 @@ class Main(_Base):
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
                 f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}"
-                # consumer 0 and dq_pipe false named by omission
-                + (f", {int(cfg['consumer'])}, true>" if cfg["dq_pipe"] else
-                   f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
+                # the default (0) named by omission: its kernel, key and code stay those measured
+                + (f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
