@@ -402,19 +402,23 @@ def test_default_table_and_limits():
     assert F.configure(SM90, p, dict(consumers=1))["pingpong"] == 0
     with pytest.raises(InvalidArgumentError, match="sm_90a only"):
         F.configure(parse("gfx950"), p, {})
-    # the variants: defaults off, values checked, the combinations they cannot run refused
+    # the variants: values checked, the combinations they cannot run refused
     assert (c["overlap"], c["producer"], c["lean"]) == (0, "tma", 0) and F.PRODUCER_REGS["lsu"] == 72
     assert F.consumer_regs(2, "tma") == 240 and F.consumer_regs(1, "tma") == 240
     t = F.configure(SM90, p, dict(producer="tma", overlap=1))
     assert F.checks(t) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
-    assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma>")
-    assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::tma>")
+    # KNOBS 196: exp_fma=1 (bits 2-5), prologue (bit 6), epilogue (bit 7), the defaults since the H100 timings
+    assert F.kernel_type(t).endswith(", true, hkjit_attn_hopper::kv_producer::tma, 196>")
+    assert F.kernel_type(c).endswith(", false, hkjit_attn_hopper::kv_producer::tma, 196>")
+    off = dict(exp_fma=0, prologue=0, epilogue=0)               # the kernel before them, its type unchanged
+    assert F.kernel_type(F.configure(SM90, p, off)).endswith(", false, hkjit_attn_hopper::kv_producer::tma>")
     assert F.checks(c) == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
-    assert F.kernel_type(F.configure(SM90, p, dict(lean=2))).endswith("::tma, 2>")
+    assert F.kernel_type(F.configure(SM90, p, dict(off, lean=2))).endswith("::tma, 2>")
     # exp_fma: off by default; packed with lean into the one KNOBS argument (lean=1/2 keep their types)
-    assert c["exp_fma"] == 0 and F.kernel_type(F.configure(SM90, p, dict(exp_fma=2))).endswith("::tma, 8>")
-    assert F.kernel_type(F.configure(SM90, p, dict(lean=2, exp_fma=8))).endswith("::tma, 34>")
-    assert F.kernel_type(F.configure(SM90, p, dict(prologue=1, epilogue=1))).endswith("::tma, 192>")
+    assert (c["exp_fma"], c["prologue"], c["epilogue"]) == (1, 1, 1)
+    assert F.kernel_type(F.configure(SM90, p, dict(off, exp_fma=2))).endswith("::tma, 8>")
+    assert F.kernel_type(F.configure(SM90, p, dict(off, lean=2, exp_fma=8))).endswith("::tma, 34>")
+    assert F.kernel_type(F.configure(SM90, p, dict(off, prologue=1, epilogue=1))).endswith("::tma, 192>")
     cp = F.configure(SM90, p, dict(producer="cpasync"))
     assert F.checks(cp) == (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))
     assert F.dynamic_smem(t) == F.dynamic_smem(c) == F.dynamic_smem(cp)    # TMA fills the same swizzled stages
@@ -425,7 +429,7 @@ def test_default_table_and_limits():
         plain = F.configure(SM90, {**p, **extra}, dict(producer="lsu"))
         lean = (("CONSUMER_REGS", 232), ("PRODUCER_REGS", 40))   # 8- and 4-byte rows: the plain loads' split
         assert F.checks(a) == (lean if a["vec"] == 8 else F.checks(plain)) and a["vec"] == plain["vec"]
-        assert F.kernel_type(a).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync>")
+        assert F.kernel_type(a).endswith(", false, hkjit_attn_hopper::kv_producer::cpasync, 196>")
         assert F.args_type(a) is F.Args and F.dynamic_smem(a) == F.dynamic_smem(plain)
     with pytest.raises(InvalidArgumentError, match="stages >= 3"):
         F.configure(SM90, p, dict(overlap=1, stages=2))
