@@ -112,14 +112,6 @@ __device__ __forceinline__ void wait_until(const int* p, int value) {
 __device__ __forceinline__ void release_add(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ int fetch_add_relaxed(int* p, int v) {
-  int old;
-  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ void store_relaxed(int* p, int v) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
@@ -222,7 +214,7 @@ struct attention_bwd_prep_hopper {
 // registers: at 40 (consumers 232) or 24 (240) ptxas spills, in the loads and in the consumer. With
 // TMA it keeps 24 and the consumers get 240.
 template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool VARLEN, int VEC,
-          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0, bool DETERMINISTIC = true>
+          bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
@@ -235,7 +227,6 @@ struct attention_bwd_dkdv_hopper {
   static_assert(CONSUMER >= 0 && CONSUMER <= 7 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA),
                 "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), on the TMA "
                 "kernel's 240 registers");
-  static_assert(DETERMINISTIC || TMA, "dQ added in arrival order: on the TMA kernel's dQ warp");
   static constexpr bool WAITS = CONSUMER & 1, STSM = CONSUMER & 2, EARLY_DV = CONSUMER & 4;
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
@@ -320,8 +311,7 @@ struct attention_bwd_dkdv_hopper {
       last = see < last ? see : last;
     }
     const long long slot = ((long long)b * g.heads + h) * ga.q_blocks + m;
-    // arrival order: four counters a query block (write_dq_any_order)
-    return {h, q0, last, ga.semaphores + slot * (DETERMINISTIC ? 1 : 4), ga.dq_accum + slot * DQ_FLOATS};
+    return {h, q0, last, ga.semaphores + slot, ga.dq_accum + slot * DQ_FLOATS};
   }
 
   // Add the consumers' dQ partial of step u (query block m of head h) into its accumulator, in
@@ -409,68 +399,35 @@ struct attention_bwd_dkdv_hopper {
     hkjit_attn_hopper::fence_proxy_async_global();
   }
 
-  // DETERMINISTIC false (the caller allowed it): the KV blocks of a query block add in the order they
-  // arrive (a counter in the workspace: the first stores, the others wait only for that store, then add),
-  // and the last to arrive, once every other add is complete, converts the sum as below. No chain:
-  // a block waits on at most the first store, not on every block before it. fp32 addition is not
-  // associative, so dQ may differ in its last bits from call to call (dK and dV do not: their sums
-  // stay in the block's registers). Workspace per query block: arrivals, the first store's flag, adds
-  // complete, a pad; the last arrival zeroes them.
-  static __device__ void write_dq_any_order(const args& ga, const dq_step& d, const seq_t& s, dq_buf& src,
-                                            hk::mbarrier& empty, hk::mbarrier& sum_bar, int lane) {
-    const int contributors = d.last + 1;
-    int* const arrivals = d.sem;
-    int* const stored = d.sem + 1;
-    int* const done = d.sem + 2;
-    int order = 0;
-    if (lane == 0) {
-      order = hkjit_attn_hopper::fetch_add_relaxed(arrivals, 1);
-      const bool converts = order == contributors - 1;
-      if (order == 0) {
-        hkjit_attn_hopper::bulk_store(d.acc, &src, DQ_FLOATS * 4);
-      } else {
-        hkjit_attn_hopper::wait_until(stored, 1);
-        hkjit_attn_hopper::fence_proxy_async_global();
-        hkjit_attn_hopper::bulk_add(d.acc, &src, DQ_FLOATS * 4);
+  // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
+  // reduction as the others (a store where it is the only one), keeps the buffer, bulk-loads the sum
+  // into it (one transfer) and converts it from shared memory, then frees it. (Converting straight
+  // from global memory, one float4 a lane at a time, took 64 dependent round trips to L2 a query
+  // block: measured on H100 as 30% of the whole backward at N2048 D128.) The bulk fp32 add is the add
+  // the other variants do in registers (y + x), so dQ is the same sum, deterministic as before.
+  static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
+                                                            dq_buf& src, hk::mbarrier& empty, hk::mbarrier& sum_bar,
+                                                            int lane) {
+    const int i = blockIdx.x;
+    if (i != d.last) {
+      if (lane == 0) {
+        add_partial(d, src, empty, i);
+        hkjit_attn_hopper::release_add(d.sem, 1);
       }
-      hk::tma::store_commit();
-      if (!converts) {
-        hk::tma::store_wait_read<0>();           // shared memory read: the buffer is free
-        hk::arrive(empty);
-      }
-      hk::tma::store_wait<0>();                  // complete in global memory
-      hkjit_attn_hopper::fence_proxy_async_global();
-      if (!converts) {
-        if (order == 0) hkjit_attn_hopper::store_release(stored, 1);
-        hkjit_attn_hopper::release_add(done, 1);
-      } else {
-        hkjit_attn_hopper::wait_until(done, contributors - 1);   // every other add is complete
-        hkjit_attn_hopper::fence_proxy_async_global();
-        hkjit_attn_hopper::store_relaxed(arrivals, 0);           // nobody touches them any more
-        hkjit_attn_hopper::store_relaxed(stored, 0);
-        hkjit_attn_hopper::store_relaxed(done, 0);
-        load_sum(d, src, sum_bar);
-      }
+      __syncwarp();
+      return;
     }
-    if (__shfl_sync(0xffffffffu, order, 0) != contributors - 1) return;
-    __syncwarp();                                // lane 0's barrier init before the others' first try
-    convert_sum(ga, d, s, src, empty, sum_bar, lane);
-  }
-
-  // Lane 0: the query block's sum into the kept buffer by one bulk copy. A fresh barrier each time, so
-  // its phase is always 0 (a count of conversions kept across steps spilled the producer's 24
-  // registers); the last one's waits are over (the warp synchronises before and after each use).
-  static __device__ __forceinline__ void load_sum(const dq_step& d, dq_buf& src, hk::mbarrier& sum_bar) {
-    hk::init(sum_bar, 1);
-    hk::fence_barrier_init();
-    hk::arrive_expect_tx(sum_bar, DQ_FLOATS * 4);
-    hkjit_attn_hopper::bulk_load(&src, d.acc, DQ_FLOATS * 4, sum_bar);
-  }
-
-  // All lanes: wait for the sum (after load_sum and a warp synchronisation), scale it into dQ, free
-  // the buffer.
-  static __device__ __forceinline__ void convert_sum(const args& ga, const dq_step& d, const seq_t& s, dq_buf& src,
-                                                     hk::mbarrier& empty, hk::mbarrier& sum_bar, int lane) {
+    if (lane == 0) {
+      add_partial<false>(d, src, empty, i);
+      if (i > 0) hkjit_attn_hopper::store_relaxed(d.sem, 0);   // nobody waits on it any more: zeroed
+      // A fresh barrier each time, so its phase is always 0 (a count of conversions kept across
+      // steps spilled the producer's 24 registers); the last one's waits are over (__syncwarp below).
+      hk::init(sum_bar, 1);
+      hk::fence_barrier_init();
+      hk::arrive_expect_tx(sum_bar, DQ_FLOATS * 4);
+      hkjit_attn_hopper::bulk_load(&src, d.acc, DQ_FLOATS * 4, sum_bar);
+    }
+    __syncwarp();                                // lane 0's init before the others' first try
     hk::wait(sum_bar, 0);
     const auto& g = ga.a;
     // The sum's float4 (j, t) (t: a consumer thread's fragment index) holds rows r(t) and r(t) + 8,
@@ -494,37 +451,6 @@ struct attention_bwd_dkdv_hopper {
     }
     __syncwarp();                                // every lane has read the buffer
     if (lane == 0) hk::arrive(empty);
-  }
-
-  // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
-  // reduction as the others (a store where it is the only one), keeps the buffer, bulk-loads the sum
-  // into it (one transfer) and converts it from shared memory, then frees it. (Converting straight
-  // from global memory, one float4 a lane at a time, took 64 dependent round trips to L2 a query
-  // block: measured on H100 as 30% of the whole backward at N2048 D128.) The bulk fp32 add is the add
-  // the other variants do in registers (y + x), so dQ is the same sum, deterministic as before.
-  static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
-                                                            dq_buf& src, hk::mbarrier& empty, hk::mbarrier& sum_bar,
-                                                            int lane) {
-    const int i = blockIdx.x;
-    if constexpr (!DETERMINISTIC) {
-      write_dq_any_order(ga, d, s, src, empty, sum_bar, lane);
-      return;
-    }
-    if (i != d.last) {
-      if (lane == 0) {
-        add_partial(d, src, empty, i);
-        hkjit_attn_hopper::release_add(d.sem, 1);
-      }
-      __syncwarp();
-      return;
-    }
-    if (lane == 0) {
-      add_partial<false>(d, src, empty, i);
-      if (i > 0) hkjit_attn_hopper::store_relaxed(d.sem, 0);   // nobody waits on it any more: zeroed
-      load_sum(d, src, sum_bar);
-    }
-    __syncwarp();                                // lane 0's barrier init before the others' first try
-    convert_sum(ga, d, s, src, empty, sum_bar, lane);
   }
 
   // DQ_WARP: the same hand-off on one warp (lane 0 issues, all 32 lanes convert on the last block).

@@ -48,8 +48,6 @@ TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128
                dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
                dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
 # dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1; the TMA producer's 240 registers)
-ARRIVAL_CONFIGS = [dict(head_dim=128, deterministic=False), dict(head_dim=64, causal=True, deterministic=False),
-                   dict(head_dim=128, causal=True, dtype="float16", deterministic=False, dkdv_consumer=0)]
 CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
                     for v in (1, 2, 3, 5, 7)] + \
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
@@ -69,8 +67,7 @@ def _compile(kernel, params):
 
 @needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [(B.DQ, p) for p in DQ_CONFIGS] +
-                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS
-                          + ARRIVAL_CONFIGS],
+                         [(B.DKDV, p) for p in DKDV_CONFIGS + DQ_WARP_CONFIGS + TMA_CONFIGS + CONSUMER_CONFIGS],
                          ids=lambda x: getattr(x, "name", str(x)))
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
@@ -267,19 +264,6 @@ def test_consumer_configuration_and_refusals():
             B.DKDV.configure(SM90, {**p, **extra}, tiles)
     with pytest.raises(InvalidArgumentError, match="unknown tile override"):
         B.DQ.configure(SM90, p, dict(dkdv_consumer=1))
-
-
-def test_arrival_order_configuration():
-    """deterministic=False (a permission): the TMA kernel's type names it (with the consumer), its workspace
-    holds four counters a query block; the cp.async kernel keeps the fixed order and its type."""
-    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
-    c = B.DKDV.configure(SM90, {**p, "deterministic": False}, {})
-    assert not c["deterministic"] and B.DKDV.kernel_type(c).endswith(", true, 1, true, 2, false>")
-    slots = 2 * 8 * 16
-    assert B.DKDV.workspace(c, p)[:2] == ((slots * 16 + 255) // 256 * 256,) * 2
-    assert B.DKDV.workspace(B.DKDV.configure(SM90, p, {}), p)[0] == (slots * 4 + 255) // 256 * 256
-    cp = B.DKDV.configure(SM90, {**p, "deterministic": False}, dict(dkdv_producer="cpasync"))
-    assert cp["deterministic"] and B.DKDV.kernel_type(cp).endswith(", false, 4, false>")   # the fixed-order kernel
 
 
 def test_tma_configuration_and_refusals(monkeypatch):

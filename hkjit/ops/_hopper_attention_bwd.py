@@ -189,7 +189,7 @@ class Main(_Base):
     name, TILES, Args = "dkdv", ("block_q", "dkdv_stages", "dq_warp", "load_warps", "dkdv_producer",
                                  "dkdv_consumer"), WorkspaceArgs
     PARAMS = ("kernel", "dtype", "head_dim", "block", "consumers", "stages", "causal", "varlen", "vec", "dq_warp",
-              "load_warps", "producer", "consumer", "deterministic")
+              "load_warps", "producer", "consumer")
     UPDATES = ("dq",)          # given, not an output of the op (the CDNA dkdv kernel leaves it alone): written here
 
     def configure(self, target, p, tiles) -> Config:
@@ -222,12 +222,9 @@ class Main(_Base):
             _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
                  f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
                  "dkdv_producer='tma' serves dense batches with 16-byte aligned inputs)")
-        # deterministic=False is a permission: the TMA kernel then adds dQ in arrival order; the cp.async
-        # kernel keeps its fixed order (deterministic anyway)
-        deterministic = bool(p.get("deterministic", True)) or producer != "tma"
         cfg = Config(target=target.arch, kernel="dkdv", dtype=p["dtype"], head_dim=d, block=blk, consumers=CONSUMERS,
                      stages=stages, causal=bool(p["causal"]), varlen=bool(p["varlen"]), vec=vec, dq_warp=dq_warp,
-                     load_warps=loads, producer=producer, consumer=consumer, deterministic=deterministic)
+                     load_warps=loads, producer=producer, consumer=consumer)
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
@@ -285,9 +282,8 @@ class Main(_Base):
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
                 f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}"
-                # consumer 0 and the deterministic order named by omission (their kernels stay those measured)
-                + (f", {int(cfg['consumer'])}, false>" if not cfg["deterministic"] else
-                   f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
+                # the default (0) named by omission: its kernel, key and code stay those measured
+                + (f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
 
     def threads(self, cfg) -> int:
         return (cfg["consumers"] + 1) * 128
@@ -312,8 +308,7 @@ class Main(_Base):
         """(workspace bytes, of them zeroed, scratch bytes): the semaphores (all zeroed) and the dQ
         accumulators."""
         slots = p["batch"] * p["heads"] * self.q_blocks(p)
-        # a semaphore per query block; in arrival order: arrivals, the first store's flag, adds done, a pad
-        sems = (slots * (1 if cfg["deterministic"] else 4) * 4 + 255) // 256 * 256
+        sems = (slots * 4 + 255) // 256 * 256
         return sems, sems, slots * BLOCK_Q * cfg["head_dim"] * 4
 
     def fill(self, cfg, encode=encode_tensor_map, **arguments) -> ctypes.Structure:

@@ -277,8 +277,7 @@ class AttentionOp(Op):
         grad_out = grads["out"]
         if grad_out.stride(-1) != 1:
             grad_out = grad_out.contiguous()
-        kw = {k: options[k] for k in ("causal", "layout", "max_seqlen_q", "max_seqlen_k", "deterministic")
-              if k in options}
+        kw = {k: options[k] for k in ("causal", "layout", "max_seqlen_q", "max_seqlen_k") if k in options}
         dq, dk, dv = attention_backward(grad_out, inputs["q"], inputs["k"], inputs["v"], outputs["out"],
                                         outputs["lse"], scale=scalars[0], cu_seqlens_q=inputs["cu_seqlens_q"],
                                         cu_seqlens_k=inputs["cu_seqlens_k"], **kw)
@@ -330,19 +329,14 @@ def _check_offsets(name, cu, total, given_max):
 
 
 def prepare_call(q, k, causal, scale, layout, return_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                 max_seqlen_k, deterministic=True) -> tuple:
-    """(compile-time options, scale) of a forward or backward call; checks cu_seqlens' values.
-    deterministic (the backward's; the forward carries it for torch.compile's backward) joins the
-    options only when False, so the default calls' options stay as they were."""
-    if not isinstance(causal, bool) or not isinstance(return_lse, bool) or not isinstance(deterministic, bool):
-        raise InvalidArgumentError(f"attention: causal={causal!r}, return_lse={return_lse!r}, "
-                                   f"deterministic={deterministic!r}; give True or False")
+                 max_seqlen_k) -> tuple:
+    """(compile-time options, scale) of a forward or backward call; checks cu_seqlens' values."""
+    if not isinstance(causal, bool) or not isinstance(return_lse, bool):
+        raise InvalidArgumentError(f"attention: causal={causal!r}, return_lse={return_lse!r}; give True or False")
     if scale is None:
         d = getattr(q, "shape", (1,))[-1]
         scale = 1.0 / math.sqrt(d) if isinstance(d, int) and d > 0 else 1.0
     options = [("causal", causal), ("layout", layout), ("return_lse", return_lse)]
-    if not deterministic:
-        options.append(("deterministic", False))
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise InvalidArgumentError("attention: give both cu_seqlens_q and cu_seqlens_k for variable-length "
                                    "batches, or neither")
@@ -359,11 +353,11 @@ def prepare_call(q, k, causal, scale, layout, return_lse, cu_seqlens_q, cu_seqle
 
 
 def attention_forward(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=False, out=None, lse=None,
-                      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=True,
-                      device=None, compiler=None, **tile_overrides):
+                      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, device=None,
+                      compiler=None, **tile_overrides):
     """hkjit.attention without autograd (see `attention`)."""
     options, scale = prepare_call(q, k, causal, scale, layout, return_lse or lse is not None, cu_seqlens_q,
-                                  cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic)
+                                  cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return launch.call(ATTENTION, (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k), (scale,), options, device,
                        compiler, tile_overrides)
 
@@ -377,8 +371,8 @@ def _needs_grad(*arrays) -> bool:
 
 
 def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=False, out=None, lse=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=True,
-              device=None, compiler=None, **tile_overrides):
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, device=None,
+              compiler=None, **tile_overrides):
     """Scaled dot-product attention: softmax(scale · Q Kᵀ) V with fp32 softmax and accumulation.
 
     q: (B, H, Nq, D) ("bhnd") or (B, Nq, H, D) ("bnhd"); k, v: the same with HKV heads and Nk rows
@@ -388,11 +382,10 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bhnd", return_lse=Fa
     to 1/sqrt(D). Returns out (q's shape), or (out, lse) with return_lse: lse float32 (B, H, Nq), or
     (H, total_q) when varlen. out= / lse= write into given arrays. Tile overrides: block_kv, waves.
     torch tensors that require grad go through a torch.autograd.Function whose backward is
-    hkjit.attention_backward (out= and lse= are not taken then); deterministic=False is passed to it.
+    hkjit.attention_backward (out= and lse= are not taken then).
     """
     kw = dict(causal=causal, scale=scale, layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, deterministic=deterministic, device=device,
-              compiler=compiler)
+              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, device=device, compiler=compiler)
     if _needs_grad(q, k, v):
         if out is not None or lse is not None:
             raise InvalidArgumentError("attention: out= and lse= are not supported for tensors that require grad")

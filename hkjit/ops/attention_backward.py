@@ -16,7 +16,7 @@ import functools
 from .. import interop, launch, spec as spec_mod
 from ..dtypes import DTYPES
 from ..errors import DeviceError, InvalidArgumentError
-from ..op import Binding, Op, Param, Plan
+from ..op import Binding, Op, Plan
 from . import _cdna_attention_bwd, _hopper_attention_bwd, register
 from .attention import ATTENTION, _alignment, _bhnd_strides, attention_forward, dense_strides, prepare_call, qkv_facts
 
@@ -28,9 +28,7 @@ def backward_module(target):
 
 
 class AttentionBackwardOp(Op):
-    params = ATTENTION.params + (
-        Param("deterministic", "bool", True, doc="dQ added in a fixed order (False: in arrival order where a kernel "
-                                                  "can, faster; the last bits of dQ may vary)"),)
+    params = ATTENTION.params
     shape_params = ATTENTION.shape_params
     default_shape = ATTENTION.default_shape
     array_names = ARRAYS
@@ -104,7 +102,7 @@ class AttentionBackwardOp(Op):
                                        "contiguous arrays")
         request = dict(batch=f["batch"], heads=f["heads"], kv_heads=f["kv_heads"], n_q=f["n_q"], n_k=f["n_k"],
                        head_dim=f["head_dim"], dtype=dtype, causal=bool(options.get("causal", False)), varlen=varlen,
-                       align=align, deterministic=bool(options.get("deterministic", True)))
+                       align=align)
         sizes = {n: f[n] for n in ("batch", "heads", "kv_heads", "n_q", "n_k")}
 
         def args(ptrs, scalars):
@@ -153,19 +151,17 @@ def _check_second(arrays, options, device, tiles):
 
 def attention_backward(grad_out, q, k, v, out, lse, *, causal=False, scale=None, layout="bhnd", dq=None, dk=None,
                        dv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                       deterministic=True, device=None, compiler=None, **tile_overrides):
+                       device=None, compiler=None, **tile_overrides):
     """Gradients (dq, dk, dv) of `hkjit.attention(q, k, v, causal=, scale=, layout=, cu_seqlens_*=)`
     given its output `out`, its `lse` (return_lse=True) and the output gradient `grad_out` (q's
-    shape). dq / dk / dv: optional arrays to write into. Deterministic by default (the same bits every
-    call); deterministic=False lets the sm_90a kernel add dQ's partials in the order they arrive (faster:
-    no KV block waits for the one before; dQ's last bits may then vary, dK and dV do not). Tile overrides: block_kv
+    shape). dq / dk / dv: optional arrays to write into. Deterministic. Tile overrides: block_kv
     (the dQ kernel's KV block), block_q (the dK/dV kernel's query block); on sm_90a also
     dq_stages and dkdv_stages (each kernel's ring depth), dq_warp, load_warps, dkdv_producer
     ("tma", the default where it can serve the call, or "cpasync": how the dK/dV kernel's producer
     loads) and dkdv_consumer (variants of its consumer step: wait placement, stmatrix;
     hkjit/ops/_hopper_attention_bwd.py)."""
     options, scale = prepare_call(q, k, causal, scale, layout, True, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                  max_seqlen_k, deterministic)
+                                  max_seqlen_k)
     unknown = sorted(set(tile_overrides) - set(DQ_OP.tile_keywords) - set(DKDV_OP.tile_keywords))
     if unknown:
         raise InvalidArgumentError(f"attention_backward: unknown tile override(s) {', '.join(unknown)}; valid: "

@@ -262,8 +262,7 @@ def _hkjit_bwd_main(prefix: str, tiles: dict) -> None:
     from hkjit.ops import _hopper_attention_bwd as B
     from hkjit.targets import parse as parse_target
     sm90, k = parse_target("sm_90a"), B.DKDV
-    params = dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16, heads=1, kv_heads=1,
-                  deterministic=True)
+    params = dict(head_dim=128, dtype="bfloat16", causal=False, varlen=False, align=16, heads=1, kv_heads=1)
     params.update({name: tiles.pop(name) for name in list(tiles) if name in params})
     cfg = k.configure(sm90, params, tiles)
     checks = (("threads", k.threads(cfg)), ("dynamic_smem", k.dynamic_smem(cfg))) + k.checks(cfg)
