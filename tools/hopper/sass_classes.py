@@ -315,7 +315,7 @@ def _edges_main(listings: list[str]) -> None:
 
 
 def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
-    from hkjit import compiler, spec as spec_mod
+    from hkjit import spec as spec_mod
     from hkjit.ops import _hopper_attention_fwd as F
     from hkjit.targets import parse as parse_target
     sm90 = parse_target("sm_90a")
@@ -324,21 +324,8 @@ def _hkjit_fwd_main(prefix: str, tiles: dict) -> None:
     cfg = F.configure(sm90, params, tiles)
     checks = (("threads", F.threads(cfg)), ("dynamic_smem", F.dynamic_smem(cfg))) + F.checks(cfg)
     spec = spec_mod.Specialization("attention", sm90, F.SOURCE, F.kernel_type(cfg), "hkjit_attention", (), checks)
-    source = spec_mod.render(spec)
-    out = Path(prefix)
-    out.with_suffix(".cu").write_text(source)
-    result = compiler.find_compiler(sm90, "nvrtc").compile(
-        source, Path("attention_unit.cu"), sm90, [spec_mod.include_dir(), spec_mod.kernel_sources_dir()], spec.entry)
-    out.with_suffix(".cubin").write_bytes(result.code)
-    out.with_suffix(".ptx").write_text(result.ptx)
-    out.with_suffix(".log").write_text(result.log)
     print(dict(cfg), "dynamic shared memory", F.dynamic_smem(cfg), "bytes")
-    print(result.log)
-    nvdisasm = shutil.which("nvdisasm")
-    if nvdisasm:
-        sass = subprocess.run([nvdisasm, "-c", str(out.with_suffix(".cubin"))], check=True, capture_output=True,
-                              text=True).stdout
-        out.with_suffix(".sass").write_text(sass)
+    _write(prefix, spec, "attention_unit.cu")
 
 
 if __name__ == "__main__":
