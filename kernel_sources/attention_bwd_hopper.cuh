@@ -23,17 +23,18 @@
 // run in the producer warpgroup, from a shared-memory copy of the partial: the consumers never wait
 // on another block. Block i waits only on block i - 1 of its head (a lower block index, dispatched
 // before it), so the order cannot deadlock.
-// DQ_WARP (a prepared variant): the hand-off runs on warp 3 of the producer warpgroup alone and the
-// loads on warps 0 .. LOAD_WARPS - 1, so the next stage's loads never wait for a dQ add; the shared
-// partial is freed to the consumers once the bulk operation has read it, and the full completion is
-// waited for only before the semaphore release. Same order, same bits; the waits still point only
-// from block i to block i - 1 (loads wait on consumers, consumers on loads and on the dQ warp's
-// freeing of step t - 2, the dQ warp on the consumers' step t and on block i - 1's semaphore).
-// TMA (a prepared variant, on top of DQ_WARP with one load warp): one elected thread of warp 0
-// issues Q and dO as tensor-map boxes and announces their bytes on the stage's full barrier; its 32
-// lanes copy LSE and Delta by cp.async. Warp 3 adds dQ as above; warps 1 and 2 have nothing to do.
+// DQ_WARP (the default with one query head a KV head, and under TMA): the hand-off runs on warp 3 of the
+// producer warpgroup alone and the loads on warps 0 .. LOAD_WARPS - 1, so the next stage's loads never
+// wait for a dQ add; the shared partial is freed to the consumers once the bulk operation has read it,
+// and the full completion is waited for only before the semaphore release. Same order, same bits; the
+// waits still point only from block i to block i - 1 (loads wait on consumers, consumers on loads and on
+// the dQ warp's freeing of step t - 2, the dQ warp on the consumers' step t and on block i - 1's
+// semaphore).
+// TMA (the default where it can serve the call; on top of DQ_WARP with one load warp): one elected thread
+// of warp 0 issues Q and dO as tensor-map boxes and announces their bytes on the stage's full barrier;
+// its 32 lanes copy LSE and Delta by cp.async. Warp 3 adds dQ as above; warps 1 and 2 have nothing to do.
 // The producer then needs 24 registers and the consumers get 240 (FlashAttention-3's split).
-// CONSUMER (prepared variants of the TMA kernel's consumers, bits; 0 is the kernel measured):
+// CONSUMER (variants of the TMA kernel's consumers, bits; 2 is the default, hkjit/ops/_hopper_attention_bwd.py):
 //   1  wait placement: S and dP issued, wait <= 1 (S in), P while dP runs; wait for dP, dS^T; dV
 //      issued and kept in flight across the dS^T store and the barrier; dQ issued (in S^T's
 //      registers), wait <= 1 (dV in), dK issued, wait <= 1 (dQ in), dQ stored with dK in flight.
