@@ -400,24 +400,16 @@ struct attention_bwd_dkdv_hopper {
     hkjit_attn_hopper::fence_proxy_async_global();
   }
 
-  // TMA (its producer has 24 registers): the last KV block adds its partial by the same bulk
+  // TMA (its producer has 24 registers), the last KV block: it adds its partial by the same bulk
   // reduction as the others (a store where it is the only one), keeps the buffer, bulk-loads the sum
   // into it (one transfer) and converts it from shared memory, then frees it. (Converting straight
   // from global memory, one float4 a lane at a time, took 64 dependent round trips to L2 a query
   // block: measured on H100 as 30% of the whole backward at N2048 D128.) The bulk fp32 add is the add
   // the other variants do in registers (y + x), so dQ is the same sum, deterministic as before.
-  static __device__ __forceinline__ void write_dq_warp_lean(const args& ga, const dq_step& d, const seq_t& s,
-                                                            dq_buf& src, hk::mbarrier& empty, hk::mbarrier& sum_bar,
-                                                            int lane) {
+  static __device__ __forceinline__ void convert_sum_lean(const args& ga, const dq_step& d, const seq_t& s,
+                                                          dq_buf& src, hk::mbarrier& empty, hk::mbarrier& sum_bar,
+                                                          int lane) {
     const int i = blockIdx.x;
-    if (i != d.last) {
-      if (lane == 0) {
-        add_partial(d, src, empty, i);
-        hkjit_attn_hopper::release_add(d.sem, 1);
-      }
-      __syncwarp();
-      return;
-    }
     if (lane == 0) {
       add_partial<false>(d, src, empty, i);
       if (i > 0) hkjit_attn_hopper::store_relaxed(d.sem, 0);   // nobody waits on it any more: zeroed
@@ -467,16 +459,16 @@ struct attention_bwd_dkdv_hopper {
     const int b = blockIdx.z, i = blockIdx.x;
     const dq_step d = dq_step_of(ga, s, u, qb0, per_head);
     hk::wait(full, (u >> 1) & 1);               // every lane waits on every phase (as above)
-    if constexpr (TMA) {
-      write_dq_warp_lean(ga, d, s, src, empty, sm.dq_sum, lane);
-      return;
-    }
     if (i != d.last) {
       if (lane == 0) {
         add_partial(d, src, empty, i);
         hkjit_attn_hopper::release_add(d.sem, 1);
       }
       __syncwarp();
+      return;
+    }
+    if constexpr (TMA) {
+      convert_sum_lean(ga, d, s, src, empty, sm.dq_sum, lane);
       return;
     }
     if (i > 0) hkjit_attn_hopper::wait_until(d.sem, i);
