@@ -8,8 +8,8 @@ same inputs, one process; each variant's output is also compared with SDPA flash
 
 A shape is batch,heads,kv_heads,n,head_dim,causal. TFLOP/s count the forward's 4·B·H·N²·D
 (halved when causal); times are medians (hkjit.bench.timing.median_ms), over ROUNDS (environment,
-default 1) rounds that interleave variants and peers; spread is (max - min) / median over the rounds. The default variants are
-the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer
+default 1) rounds that interleave variants and peers; spread is (max - min) / median over the rounds.
+The default variants are the defaults ({}) and the grid of the prepared switches at D128: overlap 0/1 x producer
 "lsu"/"tma"/"cpasync" x (stages 3 or 4 at block_kv 64, stages 3 at block_kv 128; 4 stages of 128
 keys exceed shared memory at D128).
 """

@@ -26,17 +26,17 @@ other values, load_warps other than 4 without dq_warp.
 `dkdv_producer` ("tma", the default wherever it can serve the call, else "cpasync"): how Q, dO, LSE
 and Delta reach a stage. Measured on H100 (B16, one process beside SDPA): N8192 D128 315 -> 457 TFLOP/s,
 causal 304 -> 409, GQA H64/8 N8192 D128 300 -> 439, N4096 D64 causal 219 -> 247, N2048 D128 216 -> 315.
-"cpasync": the producer's loading warps issue every 16-byte piece (any strides, varlen, 8- and 4-byte
-rows). "tma": one elected thread of warp 0 issues Q and dO as tensor-map
-boxes over (D, n_q, heads, batch) with the caller's strides (rows past n_q read as zeros), warp 0's 32
-lanes copy LSE and Delta by 4-byte cp.async, warp 3 adds dQ (dq_warp=1, load_warps=1 implied), and the
-producer keeps 24 registers so the consumers get 240. Needs dense batches and 16-byte aligned q, k, v
-and grad_out (pointers and strides): passed explicitly otherwise, refused naming dkdv_producer='cpasync'.
+"cpasync": the producer's loading warps issue every 16-byte piece (any strides, varlen, 8- and 4-byte rows).
+"tma": one elected thread of warp 0 issues Q and dO as tensor-map boxes over (D, n_q, heads, batch) with the
+caller's strides (rows past n_q read as zeros), warp 0's 32 lanes copy LSE and Delta by 4-byte cp.async, warp
+3 adds dQ (dq_warp=1, load_warps=1 implied), and the producer keeps 24 registers so the consumers get 240.
+Needs dense batches and 16-byte aligned q, k, v and grad_out (pointers and strides): passed explicitly
+otherwise, refused naming dkdv_producer='cpasync'.
 
 `dkdv_consumer` (0, 1, 2, 3, 5 or 7; "tma" producer only, whose consumers have 240 registers; default 2,
-0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and
-timed on H100 (docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute P
-while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
+0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and timed on H100
+(docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute
+P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs.
@@ -282,7 +282,7 @@ class Main(_Base):
         return (f"attention_bwd_dkdv_hopper<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block'])}, "
                 f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, "
                 f"{int(cfg['vec'])}, {b(cfg['dq_warp'])}, {int(cfg['load_warps'])}, {b(cfg['producer'] == 'tma')}"
-                # the default (0) named by omission: its kernel, key and code stay those measured
+                # consumer 0 named by omission: the cp.async kernels' types (and cubins) stay as before
                 + (f", {int(cfg['consumer'])}>" if cfg["consumer"] else ">"))
 
     def threads(self, cfg) -> int:

@@ -32,22 +32,23 @@ zero-filled, completion by one cp.async.mbarrier.arrive.noinc a thread); it serv
 with the caller's strides; needs 16-byte aligned q, k, v base pointers and strides and dense (not
 varlen) batches, refused otherwise (the default falls back to "cpasync" there). "lsu": plain
 vector loads of 128 threads through registers (4 loads in flight a thread): the earlier default,
-kept for comparison. Registers, producer / consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows and 72 / 216 with narrower ones,
-"lsu" 72 / 216 (producer_regs). `lean` (0, 1 or 2; docs/notes/attention_hopper_fwd_sass.md): the
-consumer loop with fewer instructions, same results: wgmma descriptors walked by constant adds, the
-causal mask one compare a score, the row max in four chains, O rescaled after the P V wait (outside
-the ping-pong turn) and only where a row's max moved (a warp vote; skipping a multiplication by
-exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block at D128 551 -> 426
-SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; measured on H100
-slower than the default in 4 of 5 rows (up to 13%; docs/notes/attention_hopper.md), not a default. `exp_fma`
-(0, 1, 2, 3, 4, 6 or 8; docs/notes/attention_hopper_fwd_exp.md): that many of every 16 of a thread's scores
-take their exponential on the FMA pipe (range reduction and a polynomial of relative error 1.0e-4 for bf16,
-2.9e-6 for fp16: kernel_sources/exp2_fma.cuh) instead of MUFU.EX2, which bounds a KV block at D64.
-`prologue` (0 or 1): each consumer's Q by cp.async issued before the block's barrier set-up (one round trip,
-not two); `epilogue` (0 or 1): O stored from two row pointers worked out once (802 -> 276 SASS instructions
-a warp after the last product at D128): fixed costs a block pays once, which weigh most at short N.
-exp_fma=1, prologue=1 and epilogue=1 are the defaults (measured on H100 beside each other and cuDNN). Rejected
-before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
+kept for comparison. Registers, producer / consumers: "tma" 24 / 240, "cpasync" 40 / 232 with 16-byte rows
+and 72 / 216 with narrower ones, "lsu" 72 / 216 (producer_regs). `lean` (0, 1 or 2;
+docs/notes/attention_hopper_fwd_sass.md): the consumer loop with fewer instructions, same results: wgmma
+descriptors walked by constant adds, the causal mask one compare a score, the row max in four chains, O
+rescaled after the P V wait (outside the ping-pong turn) and only where a row's max moved (a warp vote;
+skipping a multiplication by exactly 1); 2 also runs the softmax under the warpgroup's own P V. Per KV block
+at D128 551 -> 426 SASS instructions (+64 FMUL where the max moved), the ping-pong turn 207 -> 81; measured
+on H100 slower than the default in 4 of 5 rows (up to 13%; docs/notes/attention_hopper.md), not a default.
+`exp_fma` (0, 1, 2, 3, 4, 6 or 8; docs/notes/attention_hopper_fwd_exp.md): that many of every 16 of a
+thread's scores take their exponential on the FMA pipe (range reduction and a polynomial of relative error
+1.0e-4 for bf16, 2.9e-6 for fp16: kernel_sources/exp2_fma.cuh) instead of MUFU.EX2, which bounds a KV block
+at D64. `prologue` (0 or 1): each consumer's Q by cp.async issued before the block's barrier set-up (one
+round trip, not two); `epilogue` (0 or 1): O stored from two row pointers worked out once (802 -> 276 SASS
+instructions a warp after the last product at D128): fixed costs a block pays once, which weigh most at
+short N. exp_fma=1, prologue=1 and epilogue=1 are the defaults (measured on H100 beside each other and
+cuDNN). Rejected before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may
+use.
 """
 
 import ctypes
@@ -164,10 +165,10 @@ def knobs(cfg) -> int:
 def kernel_type(cfg) -> str:
     b = lambda v: "true" if v else "false"
     k = knobs(cfg)
-    lean = f", {k}" if k else ""      # KNOBS: left out at 0, so the default's string stays
+    knob_arg = f", {k}" if k else ""      # KNOBS: left out at 0, so the types of configurations without knobs stay
     return (f"{TEMPLATE}<{DTYPES[cfg['dtype']].cpp}, {int(cfg['head_dim'])}, {int(cfg['block_kv'])}, "
             f"{int(cfg['consumers'])}, {int(cfg['stages'])}, {b(cfg['causal'])}, {b(cfg['varlen'])}, {int(cfg['vec'])}, "
-            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}{lean}>")
+            f"{b(cfg['pingpong'])}, {b(cfg['overlap'])}, {_KV_PRODUCER[cfg['producer']]}{knob_arg}>")
 
 
 def threads(cfg) -> int:
