@@ -74,9 +74,12 @@
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"
 
-template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM, int SPLIT>
+template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM, int SPLIT, int RADIX = 0,
+          int ROWS_PER_BLOCK = 1, int MIN_BLOCKS = 1, bool FILTER = false,
+          bool PREFETCH_REGS = false>
 struct topk {
   static constexpr int threads = THREADS;
+  static constexpr int min_blocks = MIN_BLOCKS;
   static constexpr int dynamic_smem = 0;
   struct args {
     const T* x;
@@ -107,6 +110,9 @@ struct topk {
   static_assert(SPLIT >= 1 && (SPLIT == 1 || STREAM) && SPLIT * MAX_K <= CAND,
                 "SPLIT: 1, or up to 16 parts of a streamed row");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
+  static_assert(RADIX == 0 || (!STREAM && G == THREADS && RADIX >= 4 && RADIX <= 11),
+                "RADIX: 4 to 11 digit bits, for a row held by the whole block");
+  static_assert((ROWS_PER_BLOCK == 1 && !FILTER) || RADIX > 0, "ROWS_PER_BLOCK, FILTER: radix rows only");
 
   // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
   static constexpr int SURV = STREAM || COLS > MAX_K ? MAX_K : COLS;
@@ -163,21 +169,28 @@ struct topk {
     }
   }
 
-  // This thread's keys of columns c0 .. c0 + COLS of row `row` (0 outside the row).
+  // This thread's keys of columns c0 .. c0 + COLS of row `row` (0 outside the row): the loads,
+  // then the keys of what they brought (apart, so that loads can be in flight across other work).
   HK_INLINE static void load_keys(hk::u32 (&key)[KEYS], const hk::gl<T>& gx, int row, int c0, bool live) {
     tile x;
     hk::load(x, gx, live ? row : gx.rows, c0);
-    const hk::u32 row_mask = live ? ~0u : 0u;
+    encode_keys(key, x, gx, c0, live);
+  }
+  HK_INLINE static void encode_keys(hk::u32 (&key)[KEYS], const tile& x, const hk::gl<T>& gx, int c0, bool live) {
 #pragma unroll
-    for (int i = 0; i < KEYS; ++i) {   // all-ones below the row's end, by arithmetic (no lane masks to keep)
-      const hk::u32 inside = (hk::u32)((col_of(c0, i) - gx.cols) >> 31) & row_mask;
-      key[i] = key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC)) & inside;
+    for (int i = 0; i < KEYS; ++i) key[i] = key_t::encode(hk::elem_bits<T>(x.d[i / VEC][0], i % VEC));
+    if (!live || c0 + COLS > gx.cols) {   // (uniform over the row group) a row's end or no row: 0 past it
+      const hk::u32 row_mask = live ? ~0u : 0u;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)   // by arithmetic (no lane masks to keep)
+        key[i] &= (hk::u32)((col_of(c0, i) - gx.cols) >> 31) & row_mask;
     }
   }
   HK_INLINE static int col_of(int c0, int i) { return c0 + tile::col(i / VEC, i % VEC); }
 
   __device__ static void run(const args& a) {
     if constexpr (STREAM) run_stream(a);
+    else if constexpr (RADIX > 0) run_radix(a);
     else run_regs(a);
   }
 
@@ -248,6 +261,314 @@ struct topk {
     }
     hk::sync_threads();
     if (live) write_sorted(a, s, row, lane);
+  }
+
+  // ---- rows held by a block, selected by digit histograms (RADIX) -------------------------------
+  // The key is searched RADIX bits at a time from the top: a round counts the keys of the region
+  // (those whose higher bits equal the threshold found so far) into a shared histogram of the next
+  // digit, and a block-wide scan of the bins from the top finds the digit of the k-th largest.
+  // Every key takes one shared add in the first round (no branch: an absent element's key 0 lands
+  // in bin 0, below every element, so it never moves the boundary) and one compare in each later
+  // round, whose few region keys add. fp32 keys take ceil(32 / RADIX) rounds, 16-bit ones
+  // ceil(16 / RADIX); each round is three block barriers.
+  static constexpr int RBINS = 1 << (RADIX > 0 ? RADIX : 1);
+  static constexpr int NWARPS = THREADS / hk::WARP_THREADS;
+  static constexpr int FCAND = 512;   // FILTER: candidates ranked directly (more: the digit search)
+  struct radix_smem {
+    hk::u32 hist[RBINS];
+    hk::u32 warp_sum[NWARPS];
+    hk::u32 digit, above, have;
+    hk::u32 n_guessed[3], n_proven[2], guess[2];   // FILTER: candidate counts, thresholds for later rows
+    survivors s;
+    // FILTER: (key << 32) | ~column, so that one compare ranks two elements; two rows' worth
+    unsigned long long cand[FILTER ? 2 : 1][FILTER ? FCAND : 1];
+  };
+
+  // One round over the bits [shift, top) of the keys in the region `(key ^ tk) >> top == 0`: the
+  // digit of the k-th largest goes into tk, the count of region keys above it into `above`, and
+  // `have` becomes the count reaching tk's bits so far. The histogram is left zeroed.
+  template <int TOP, int SHIFT>
+  HK_INLINE static void radix_round(radix_smem& sm, const hk::u32 (&key)[KEYS], hk::u32& tk, int& above, int& have,
+                                    int k) {
+    constexpr int NB = 1 << (TOP - SHIFT);
+    constexpr int PER = NB >= THREADS ? NB / THREADS : 1;   // bins a thread scans, from the top
+    constexpr int OWNERS = NB / PER;
+    const int tid = hk::thread_id(), lane = hk::lane_id(), warp = hk::warp_id();
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) {
+      if constexpr (TOP == 32) {
+        hk::detail::smem_fetch_add(&sm.hist[key[i] >> SHIFT], 1u);
+      } else {
+        if (((key[i] ^ tk) >> TOP) == 0u) hk::detail::smem_fetch_add(&sm.hist[(key[i] >> SHIFT) & (NB - 1)], 1u);
+      }
+    }
+    hk::sync_threads();
+    // Thread t scans bins [NB - (t + 1) PER, NB - t PER): thread 0 the top ones; then zeroes them.
+    const int hi = NB - tid * PER;
+    hk::u32 h[PER], mine = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      h[j] = tid < OWNERS ? sm.hist[hi - 1 - j] : 0u;
+      mine += h[j];
+    }
+    if (tid < OWNERS)
+#pragma unroll
+      for (int j = 0; j < PER; ++j) sm.hist[hi - 1 - j] = 0u;
+    constexpr int W = hk::WARP_THREADS;
+    hk::u32 incl = mine;   // inclusive scan over the warp's lanes (lanes below d add nothing)
+#pragma unroll
+    for (int d = 1; d < W; d *= 2) {
+      const hk::u32 t = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
+      incl += t & (hk::u32)((d - 1 - lane) >> 31);
+    }
+    if (lane == W - 1) sm.warp_sum[warp] = incl;
+    hk::sync_threads();
+    hk::u32 before = 0;
+    for (int w = 0; w < warp; ++w) before += sm.warp_sum[w];
+    const hk::u32 need = (hk::u32)(k - above);
+    hk::u32 acc = before + incl - mine;
+    if (acc < need && acc + mine >= need) {   // exactly one thread: its bins hold the k-th largest
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        if (acc + h[j] >= need) {
+          sm.digit = (hk::u32)(hi - 1 - j);
+          sm.above = acc;
+          sm.have = acc + h[j];
+          break;
+        }
+        acc += h[j];
+      }
+    }
+    hk::sync_threads();
+    tk |= sm.digit << SHIFT;
+    have = above + (int)sm.have;
+    above += (int)sm.above;
+  }
+
+  template <int TOP>
+  HK_INLINE static void radix_rounds(radix_smem& sm, const hk::u32 (&key)[KEYS], hk::u32& tk, int& above, int& have,
+                                     int k) {
+    if constexpr (TOP > KEY_LOW) {
+      constexpr int SHIFT = TOP - RADIX > KEY_LOW ? TOP - RADIX : KEY_LOW;
+      radix_round<TOP, SHIFT>(sm, key, tk, above, have, k);
+      radix_rounds<SHIFT>(sm, key, tk, above, have, k);
+    }
+  }
+
+  // Row `row`'s k largest from this thread's keys (the whole block's registers hold the row) into
+  // values and indices; the shared state is left ready for the next row.
+  HK_INLINE static void select_row(radix_smem& sm, const args& a, hk::u32 (&key)[KEYS], int row) {
+    const int tid = hk::thread_id();
+    hk::u32 tk = 0;
+    int above = 0, have = 0;
+    radix_rounds<32>(sm, key, tk, above, have, a.k);
+    // tk is the k-th largest key: those above it survive, and the lowest columns among those at
+    // it complete the k (the column search runs only when more than k reach tk).
+    int mine = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) mine += key[i] > tk;
+    if (mine) {
+      hk::u32 slot = hk::detail::smem_fetch_add(&sm.s.count, (hk::u32)mine);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] > tk) {
+          sm.s.key[slot] = key[i];
+          sm.s.col[slot] = (hk::u32)col_of(0, i);
+          ++slot;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
+    const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
+      int c = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      return above + group_count(c);
+    });
+    int at = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
+    if (at) {
+      hk::u32 slot = hk::detail::smem_fetch_add(&sm.s.count, (hk::u32)at);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u && key[i] >= tn) {
+          sm.s.key[slot] = tk;
+          sm.s.col[slot] = ~key[i];
+          ++slot;
+        }
+    }
+    hk::sync_threads();
+    write_sorted(a, sm.s, row, tid);
+  }
+
+  // FILTER: most of a row cannot be among its k largest, and a threshold t with at least k keys
+  // at or above it is cheap to find without counting every key into bins (whose shared adds
+  // collide on the few bins most data falls in). The keys >= t are the candidates: they go to
+  // shared memory, and each one's output position is the number of candidates ranked above it (a
+  // c x c comparison, no sort). Two thresholds:
+  //   proven  each lane's largest key is an element, so the q-th largest lane maximum of a warp
+  //           has at least q of the warp's elements at or above it; with q = ceil(k / warps) the
+  //           smallest of the warps' thresholds keeps at least k (a bitonic sort of the lane maxima
+  //           over each warp, one block barrier);
+  //   guessed the key ranked GUESS(k) among the candidates of the row two before in the block (the
+  //           second row: the first's), rows alike (e.g. logits) keeping about that many: taken
+  //           when the count proves it (k <= c), and cheaper (no sort, no extra barrier);
+  //           otherwise the proven one follows.
+  // More than FCAND candidates (rows of few distinct values): the digit search takes the row.
+  HK_INLINE static int guess_rank(int k) { return k + k / 4 + 8; }
+
+  HK_INLINE static hk::u32 proven_threshold(radix_smem& sm, const args& a, const hk::u32 (&key)[KEYS]) {
+    constexpr int W = hk::WARP_THREADS;
+    const int lane = hk::lane_id(), warp = hk::warp_id();
+    const int q = (a.k + NWARPS - 1) / NWARPS;   // <= W (the caller checks)
+    hk::u32 v = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) v = key[i] > v ? key[i] : v;
+    // Bitonic sort of the lane maxima over the warp, descending: lane i ends with the i-th largest.
+#pragma unroll
+    for (int size = 2; size <= W; size *= 2) {
+#pragma unroll
+      for (int j = size / 2; j > 0; j /= 2) {
+        const hk::u32 other = hk::detail::lane_shfl(v, lane ^ j);
+        const bool keep_max = ((lane & j) == 0) == ((lane & size) == 0 || size == W);
+        v = keep_max ? (other > v ? other : v) : (other < v ? other : v);
+      }
+    }
+    const hk::u32 tw = hk::detail::lane_shfl(v, q - 1);
+    if (lane == 0) sm.warp_sum[warp] = tw;
+    hk::sync_threads();
+    hk::u32 t = ~0u;
+    for (int w = 0; w < NWARPS; ++w) t = sm.warp_sum[w] < t ? sm.warp_sum[w] : t;
+    return t > 1u ? t : 1u;   // absent elements (key 0) never pass
+  }
+
+  // The keys >= t into sm.cand[buf], counted on *count (one shared add a warp: an inclusive scan of
+  // the lanes' counts); those past FCAND are counted, not kept. No barrier.
+  HK_INLINE static void gather(radix_smem& sm, int buf, hk::u32* count, const hk::u32 (&key)[KEYS], hk::u32 t) {
+    constexpr int W = hk::WARP_THREADS;
+    const int lane = hk::lane_id();
+    hk::u32 mine = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) mine += key[i] >= t;
+    hk::u32 incl = mine;
+#pragma unroll
+    for (int d = 1; d < W; d *= 2) {
+      const hk::u32 x = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
+      incl += x & (hk::u32)((d - 1 - lane) >> 31);
+    }
+    hk::u32 base = 0;
+    if (lane == W - 1 && incl) base = hk::detail::smem_fetch_add(count, incl);
+    hk::u32 slot = hk::detail::lane_shfl(base, W - 1) + incl - mine;
+    if (mine) {
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] >= t) {
+          if (slot < (hk::u32)FCAND)
+            sm.cand[buf][slot] = ((unsigned long long)key[i] << 32) | (hk::u32)~(hk::u32)col_of(0, i);
+          ++slot;
+        }
+    }
+  }
+
+  // The k largest of the c candidates in sm.cand[buf], written in order; the candidate ranked
+  // GUESS(k) (or the last) becomes the guess for the row two on.
+  HK_INLINE static void rank_candidates(radix_smem& sm, const args& a, int buf, int c, int row) {
+    const int g = (guess_rank(a.k) < c ? guess_rank(a.k) : c) - 1;
+    for (int i = hk::thread_id(); i < c; i += THREADS) {
+      const unsigned long long me = sm.cand[buf][i];
+      int rank = 0;
+      for (int j = 0; j < c; ++j) rank += sm.cand[buf][j] > me;
+      if (rank == g) sm.guess[buf] = (hk::u32)(me >> 32);
+      if (rank < a.k) {
+        hk::raw<(int)sizeof(T)> val;
+        val.w[0] = key_t::decode((hk::u32)(me >> 32));
+        hk::detail::st_global<(int)sizeof(T)>(a.values + row * a.values_row_stride + rank, val);
+        hk::raw<8> ix;
+        ix.w[0] = ~(hk::u32)me;
+        ix.w[1] = 0;
+        hk::detail::st_global<8>(a.indices + row * a.indices_row_stride + rank, ix);
+      }
+    }
+  }
+
+  // Row `row`, the j-th of this block: filtered where FILTER allows, else the digit search. Returns
+  // whether the digit search ran (its survivors must be read before the next row's are written).
+  HK_INLINE static bool topk_row(radix_smem& sm, const args& a, hk::u32 (&key)[KEYS], int row, int j) {
+    if constexpr (FILTER) {
+      const int buf = j & 1;
+      // The guess of the row two before (the barriers between make it visible); the second row
+      // takes the first's, after one more barrier. 0: none.
+      if (j == 1) hk::sync_threads();
+      const hk::u32 guess = j >= 2 ? sm.guess[buf] : j == 1 ? sm.guess[0] : 0u;
+      if (guess) {
+        gather(sm, buf, &sm.n_guessed[j % 3], key, guess);
+        hk::sync_threads();
+        // Row j - 1's count: every thread read it before this barrier; row j + 2 counts on it.
+        if (hk::thread_id() == 0) sm.n_guessed[(j + 2) % 3] = 0;
+        const int c = (int)sm.n_guessed[j % 3];
+        if (c >= a.k && c <= FCAND) {
+          rank_candidates(sm, a, buf, c, row);
+          return false;
+        }
+      }
+      if ((a.k + NWARPS - 1) / NWARPS <= hk::WARP_THREADS) {
+        // (row j - 2 read n_proven[buf] before the barrier that ended its row)
+        if (hk::thread_id() == 0) sm.n_proven[buf] = 0;
+        const hk::u32 t = proven_threshold(sm, a, key);
+        if (!guess && hk::thread_id() == 0) sm.n_guessed[(j + 2) % 3] = 0;   // (as above)
+        gather(sm, buf, &sm.n_proven[buf], key, t);
+        hk::sync_threads();
+        const int c = (int)sm.n_proven[buf];
+        if (c <= FCAND) {
+          rank_candidates(sm, a, buf, c, row);
+          return false;
+        }
+      }
+    }
+    select_row(sm, a, key, row);
+    return true;
+  }
+
+  // ROWS_PER_BLOCK consecutive rows a block; with more than one, the next row is prefetched into L2
+  // (NVIDIA) while this one is searched, and rows two apart share a guessed threshold (FILTER).
+  __device__ static void run_radix(const args& a) {
+    __shared__ radix_smem sm;
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
+    const int tid = hk::thread_id();
+    int row = hk::block_x() * ROWS_PER_BLOCK;   // < a.rows: grid.x = ceil(rows / ROWS_PER_BLOCK)
+    hk::u32 key[KEYS];
+    load_keys(key, gx, row, 0, true);
+    for (int i = tid; i < RBINS; i += THREADS) sm.hist[i] = 0u;
+    if (tid < 3) sm.n_guessed[tid] = 0;
+    if (tid < 2) sm.guess[tid] = 0;
+    if (tid == 0) sm.s.count = 0;
+    hk::sync_threads();
+    if constexpr (ROWS_PER_BLOCK == 1) {
+      topk_row(sm, a, key, row, 0);
+    } else {
+      const int first = row, end = row + ROWS_PER_BLOCK < a.rows ? row + ROWS_PER_BLOCK : a.rows;
+#pragma unroll 1
+      for (;;) {
+        // The next row: its loads in flight while this one is searched (PREFETCH_REGS: registers
+        // held for them), or a hint that brings it into L2 (no registers).
+        [[maybe_unused]] tile next;
+        if constexpr (PREFETCH_REGS) {
+          hk::load(next, gx, row + 1 < end ? row + 1 : gx.rows, 0);
+        } else {
+          const int line_elems = 128 / (int)sizeof(T);
+          if (row + 1 < end && tid * line_elems < a.n)
+            hk::detail::prefetch_l2(a.x + (long long)(row + 1) * a.x_row_stride + tid * line_elems);
+        }
+        if (topk_row(sm, a, key, row, row - first)) {
+          hk::sync_threads();   // every thread has read the survivors before the next row's arrive
+          if (tid == 0) sm.s.count = 0;
+        }
+        if (++row == end) break;
+        if constexpr (PREFETCH_REGS) encode_keys(key, next, gx, 0, true);
+        else load_keys(key, gx, row, 0, true);
+      }
+    }
   }
 
   // Which elements a count or a collection takes: key > tk, or key == tk with ~column >= tn

@@ -1,6 +1,7 @@
 """hkjit.topk: exact values and indices against a NumPy reference (stable order of the negated
 order-preserving key: ties to the lower index, NaN above +inf, -0 below +0) on both simulated CDNA
-targets, for rows in registers and streamed rows (histogram + candidates, and the fallback that
+targets, for rows a warp holds, rows a block holds (filtered by a proven or a guessed threshold,
+or searched by digit histograms) and streamed rows (histogram + candidates, and the fallback that
 counts over the row when the boundary bin overflows its buffer); many ties, k = 1, k = n, ragged
 n; outputs poisoned; bad input refused before anything compiles; static figures on every target;
 torch.topk on a Hopper GPU (skipped without one)."""
@@ -47,6 +48,8 @@ def inputs(shape, dtype, kind="normal"):
         return rng.integers(-2, 3, shape).astype(NP[dtype])
     if kind == "two":               # two values: the boundary bin overflows the candidate buffer
         return rng.choice(np.array([-1.5, 3.0]), shape).astype(NP[dtype])
+    if kind == "scaled":            # rows of scales 1e-3 .. 1e3: a threshold from another row fails
+        return (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape[:-1] + (1,))).astype(NP[dtype])
     return (rng.standard_normal(shape) * rng.uniform(0.5, 4)).astype(NP[dtype])
 
 
@@ -76,7 +79,13 @@ SIM_CASES = [
     ((2, 500), 128, "float32", "ties", {}),                 # k = 128
     ((9, 7), 3, "float16", "ties", {}),
     ((1, 2100), 64, "float16", "normal", dict(stream=0, row_threads=256, threads=256)),  # a block per row
-    ((2, 2100), 64, "float16", "normal", {}),               # longer than a wave holds: streamed (default)
+    ((2, 2100), 64, "float16", "normal", {}),               # longer than a wave holds: a block per row (default),
+    ((3, 1500), 128, "float32", "normal", {}),              # filtered by a proven threshold, ranked
+    ((2, 2100), 40, "bfloat16", "ties", {}),                # too many candidates: the digit search
+    ((2, 1800), 20, "float32", "two", dict(radix=5)),       # 5-bit digits (7 rounds), ties at the boundary
+    ((9, 1200), 30, "float32", "normal", dict(rows_per_block=4)),   # rows in turn: thresholds guessed
+    ((7, 1100), 1, "float16", "scaled", dict(rows_per_block=3)),    # guesses refused by the count
+    ((2, 1300), 64, "bfloat16", "normal", dict(filter=0, radix=8)),  # the digit search alone
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
     ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
@@ -158,6 +167,11 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
     for tiles, msg in ((dict(block_m=64), "unknown keyword"), (dict(vec=8, dtype="float32"), "vec=8"),
                        (dict(stream=2), "stream=2"), (dict(split=4), "split="), (dict(blocks=4), "unknown keyword"),
                        (dict(row_threads=48), "row_threads=48"), (dict(threads=96), "threads=96"),
+                       (dict(radix=3), "radix=3"), (dict(radix=12), "radix=12"), (dict(radix=8, stream=1), "radix="),
+                       (dict(rows_per_block=4, radix=0), "rows_per_block="), (dict(filter=2), "filter=2"),
+                       (dict(rows_per_block=65, n=2000), "rows_per_block=65"),
+                       (dict(min_blocks=9, threads=256, n=2000), "min_blocks=9"),
+                       (dict(prefetch=1, rows_per_block=1, n=2000), "prefetch=1"), (dict(radix=11, chunks=1), "< n=1000"),
                        (dict(chunks=1), "chunks = 512 < n=1000"),
                        (dict(n=60, threads=1024, row_threads=2), "static shared memory"), (dict(stream=1, row_threads=64), "whole block")):
         with pytest.raises(InvalidArgumentError, match=msg):
@@ -284,11 +298,43 @@ def test_bench_peers_compute_the_op(cache_dir):
 @pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
 @pytest.mark.parametrize("tiles", [dict(stream=0, row_threads=256, threads=256),   # a block-wide row in registers
                                    dict(stream=1, threads=128, chunks=1, split=3),  # small streamed parts
-                                   dict(vec=2)])                                    # narrower loads
+                                   dict(vec=2),                                     # narrower loads
+                                   dict(radix=8, threads=512, chunks=2),            # digit search, 8-bit digits
+                                   dict(rows_per_block=4, min_blocks=3),            # rows in turn, loads ahead
+                                   dict(rows_per_block=8, filter=0),                # rows in turn, digits only
+                                   dict(stream=1)])                                 # streamed (the old default)
 def test_gpu_schedule_overrides(tiles):
     import torch
-    for kind in ("normal", "ties"):
-        x = (torch.randint(-3, 4, (33, 3000), device="cuda").float() if kind == "ties"
-             else torch.randn(33, 3000, device="cuda"))
+    for kind in ("normal", "ties", "scaled"):
+        if kind == "ties":
+            x = torch.randint(-3, 4, (33, 3000), device="cuda").float()
+        elif kind == "scaled":      # rows of scales 1e-3 .. 1e3: a threshold guessed from another row fails
+            x = torch.randn(33, 3000, device="cuda") * 10.0 ** torch.randint(-3, 4, (33, 1), device="cuda")
+        else:
+            x = torch.randn(33, 3000, device="cuda")
         values, indices = hkjit.topk(x, 40, **tiles)
         check_against_torch(torch, x, 40, values, indices)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("n,dtype", [(4096, "float32"), (8192, "float32"), (4096, "bfloat16"), (2048, "float16")])
+@pytest.mark.parametrize("tiles", [dict(rows_per_block=8), dict(rows_per_block=4, filter=0), dict(rows_per_block=3)])
+def test_gpu_radix_rows_in_turn(n, dtype, tiles):
+    """Rows a block holds, several a block in turn (the next one prefetched), thresholds guessed
+    from earlier rows (and refused by the count where the rows' scales differ; filter=0: the digit
+    search alone), against torch on 37 rows (a last block short of rows_per_block)."""
+    import torch
+    dt = getattr(torch, dtype)
+    for kind in ("normal", "ties", "scaled"):
+        if kind == "ties":
+            x = torch.randint(-3, 4, (37, n), device="cuda").to(dt)
+        elif kind == "scaled":
+            x = (torch.randn(37, n, device="cuda") * 10.0 ** torch.randint(-3, 4, (37, 1), device="cuda")).to(dt)
+        else:
+            x = torch.randn(37, n, device="cuda", dtype=dt)
+        for k in (1, 32, 128):
+            values = torch.full((37, k), float("nan"), device="cuda", dtype=dt)
+            indices = torch.full((37, k), -1, device="cuda", dtype=torch.int64)
+            hkjit.topk(x, k, out_values=values, out_indices=indices, **tiles)
+            check_against_torch(torch, x, k, values, indices)

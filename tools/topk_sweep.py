@@ -1,6 +1,6 @@
 """Schedules of hkjit.topk side by side on a CUDA GPU: GB/s (the bytes each call must move: x read
 once, values and int64 indices written) and the fraction of a 1 GiB device-to-device copy, each
-variant checked bit-exact against torch.topk (values and indices) first, and torch.compile's topk
+variant checked against torch.topk first (values bit-exact, indices pointing at them), and torch.compile's topk
 timed in the same process. What the streamed-row constants of hkjit/ops/topk.py are to be chosen
 from (docs/notes/topk.md). A call with tile overrides takes the launch path's slow route, so
 shapes whose kernels run for a few microseconds measure the host, not the kernel.
@@ -19,14 +19,25 @@ from hkjit.bench.timing import median_ms
 L2_ROTATE_BYTES = 256 << 20
 
 TOPK = {   # (rows, n, k, dtype): tile overrides to try besides the default
-    (16384, 4096, 32, torch.float32): [dict(split=1), dict(split=2), dict(chunks=1), dict(chunks=4),
-                                       dict(threads=512), dict(threads=128)],
-    (16384, 4096, 32, torch.bfloat16): [dict(split=1), dict(chunks=4), dict(threads=512)],
-    (128, 128256, 50, torch.float32): [dict(split=4), dict(split=8), dict(split=16), dict(chunks=4),
-                                       dict(threads=512)],
-    (16, 128256, 50, torch.float32): [dict(split=8), dict(threads=512), dict(chunks=4)],
-    (4096, 1024, 32, torch.float32): [dict(stream=1), dict(stream=1, threads=128), dict(row_threads=16)],
+    (16384, 4096, 32, torch.float32): [dict(prefetch=1), dict(threads=512, chunks=2, prefetch=1),
+                                       dict(threads=512, chunks=2), dict(prefetch=1, rows_per_block=4)],
+    (16384, 4096, 32, torch.bfloat16): [dict(prefetch=1), dict(threads=128, chunks=4, min_blocks=8),
+                                        dict(threads=128, chunks=4, min_blocks=8, prefetch=1)],
+    (16384, 8192, 32, torch.float32): [dict(prefetch=1), dict(threads=1024, chunks=2, prefetch=1)],
+    (16384, 8192, 32, torch.bfloat16): [dict(threads=256, chunks=4, min_blocks=4),
+                                        dict(threads=256, chunks=4, min_blocks=4, prefetch=1)],
+    (4096, 16384, 50, torch.float32): [dict(prefetch=1)],
 }
+
+
+def same_topk(x, k, v, i, ref_v):
+    """Values bit-equal to torch.topk's; indices distinct within each row and pointing at those
+    values (which of tied elements torch returns is unspecified; hkjit takes the lower index, which
+    the GPU tests check on rows of ties)."""
+    if not torch.equal(v, ref_v) or i.dtype != torch.int64:
+        return False
+    srt = i.sort(dim=-1).values
+    return bool((srt[:, 1:] != srt[:, :-1]).all()) and torch.equal(x.gather(-1, i), v)
 
 
 def timed(fn, sets):
@@ -50,7 +61,7 @@ def main():
         nbytes = r * n * esize + r * k * (esize + 8)
         sets = [torch.randn(r, n, device="cuda", dtype=dt)
                 for _ in range(max(1, min(8, L2_ROTATE_BYTES // nbytes)))]
-        ref_v, ref_i = torch.topk(sets[0], k)
+        ref_v = torch.topk(sets[0], k).values
         case = f"{r}x{n} k={k} {str(dt).removeprefix('torch.')}"
         compiled = torch.compile(lambda x, k=k: torch.topk(x, k))
         ms = timed(compiled, sets)
@@ -61,7 +72,7 @@ def main():
             except hkjit.errors.HKJitError as e:     # an override this shape refuses: say so, go on
                 rows.append((case, f"{tiles} refused: {e}"[:60], 0.0, True))
                 continue
-            ok = torch.equal(v, ref_v) and torch.equal(i, ref_i)
+            ok = same_topk(sets[0], k, v, i, ref_v)
             ms = timed(lambda x, k=k, tiles=tiles: hkjit.topk(x, k, **tiles), sets)
             rows.append((case, tiles or "default", nbytes / ms / 1e6, ok))
         sets.clear()

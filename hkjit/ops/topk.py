@@ -31,7 +31,8 @@ from ._rowwise import alignment, cdiv, pow2_at_least, rows_of
 
 SOURCE = "topk.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32 values; indices are int64 (as torch.topk's)
-TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split")
+TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split", "radix", "rows_per_block", "min_blocks",
+         "filter", "prefetch")
 MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX_K)
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
@@ -43,6 +44,13 @@ STREAM_THREADS = {"nvidia": 256, "amd": 512}   # and several blocks per SM / CU,
 MAX_SPLIT = 16                      # parts of a streamed row (their survivors meet in a 2048-entry buffer)
 SPLIT_BLOCKS = 256                  # streamed rows are split so that at least about this many blocks run,
 PART_BYTES = 64 << 10               # and into parts of about 64 KiB (re-read from L2 by the second pass)
+RADIX_BITS = 11                     # block rows: digit bits a round (fp32 keys: 3 rounds, 16-bit: 2)
+RADIX_KEYS = 16                     # block rows: keys a thread holds (AMD: up to 1024 x 16 = 16384 a row;
+RADIX_KEYS_NV = {4: 16, 2: 32}      # NVIDIA, by element size (H100, 16384 x 8192 bf16: 46% -> 61% of copy with
+RADIX_THREADS_NV = (64, 512)        # 32), threads from 64 (16-bit: 256: 32 keys on 128 threads spill at 64
+                                    # registers) to 512, then more keys each: 512 x 32 = 16384 a row
+RADIX_ROWS_PER_BLOCK = (8, 4, 2)    # rows a block takes in turn (the next one prefetched into L2, a threshold
+                                    # guessed from an earlier one), the most that still fills a wave
 
 
 class Args(ctypes.Structure):
@@ -58,8 +66,9 @@ def configure(target, p, tiles) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides."""
     check_tiles(f"topk ({target.arch})", tiles, TILES)
     for name, v in tiles.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "stream" else 1):
-            raise InvalidArgumentError(f"topk: {name}={v!r}; tile overrides are ints >= 1 (stream: 0 or 1)")
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("stream", "radix", "filter", "prefetch") else 1):
+            raise InvalidArgumentError(f"topk: {name}={v!r}; tile overrides are ints >= 1 (stream: 0 or 1; "
+                                       "radix: 0 or 4 to 11)")
     n, itemsize, warp = p["n"], DTYPES[p["dtype"]].itemsize, target.wave_size
     max_vec = max(1, min(16, p["align"]) // itemsize)
     vec = tiles.get("vec", max_vec)
@@ -68,13 +77,33 @@ def configure(target, p, tiles) -> Config:
                                    f"arrays aligned to {p['align']} bytes")
     pieces = cdiv(n, vec)
     max_keys = MAX_KEYS if target.is_nvidia else MAX_KEYS_AMD
-    # Rows in registers only when a warp holds them: a block-wide row group would search bit by bit
-    # with every key (32 steps of compare-and-add per fp32 key, and two block barriers a step),
-    # where the streamed schedule's histogram costs a few instructions per element.
-    stream = bool(tiles.get("stream", n > warp * max_keys))
+    # Rows a warp holds: in its registers, searched bit by bit. Longer rows up to what a block holds
+    # (RADIX_KEYS a thread): in the block's registers, searched by digit histograms (radix). Longer
+    # still: streamed (read twice, in parts).
+    block_row = warp * max_keys < n <= target.max_threads * RADIX_KEYS
     if tiles.get("stream", 0) > 1:
         raise InvalidArgumentError(f"topk: stream={tiles['stream']}; give 0 (row in registers) or 1 (streamed)")
-    if stream:
+    if "radix" in tiles and tiles["radix"] and not 4 <= tiles["radix"] <= 11:
+        raise InvalidArgumentError(f"topk: radix={tiles['radix']}; digit bits from 4 to 11, or 0 (no digit search)")
+    radix = tiles.get("radix", RADIX_BITS if block_row and "stream" not in tiles else 0)
+    stream = bool(tiles.get("stream", n > warp * max_keys and not radix))
+    if radix and stream:
+        raise InvalidArgumentError("topk: radix= searches a row held in registers; give stream=0 (or radix=0)")
+    if radix:
+        if target.is_nvidia:
+            keys, least, most = RADIX_KEYS_NV[itemsize], RADIX_THREADS_NV[0] * (4 // itemsize) ** 2, RADIX_THREADS_NV[1]
+        else:
+            keys, least, most = RADIX_KEYS, 64, target.max_threads
+        threads = tiles.get("threads", min(most, max(least, pow2_at_least(cdiv(n, keys)))))
+        row_threads = tiles.get("row_threads", threads)
+        chunks = tiles.get("chunks", cdiv(pieces, threads))
+        if row_threads != threads:
+            raise InvalidArgumentError(f"topk: row_threads={row_threads}; radix rows take the whole block "
+                                       f"(row_threads = threads = {threads})")
+        if threads * vec * chunks < n:
+            raise InvalidArgumentError(f"topk: threads*vec*chunks = {threads * vec * chunks} < n={n}: a row held "
+                                       "in registers must fit (or pass stream=1)")
+    elif stream:
         threads = tiles.get("threads", STREAM_THREADS["nvidia" if target.is_nvidia else "amd"])
         row_threads = tiles.get("row_threads", threads)
         chunks = tiles.get("chunks", STREAM_CHUNKS)
@@ -105,7 +134,33 @@ def configure(target, p, tiles) -> Config:
         raise InvalidArgumentError(f"topk: threads={threads} with row_threads={row_threads}: the row groups' "
                                    f"survivor buffers exceed {STATIC_SMEM} bytes of static shared memory; "
                                    "use fewer threads or wider row groups")
-    steps = cdiv(p["rows"], threads // row_threads)
+    # radix rows: 64 registers a thread on NVIDIA (min_blocks caps them there; measured on an H100,
+    # 16384 x 4096 fp32: 3 blocks an SM at 69 registers 64% of copy, 4 at 64 73%), and as many rows a
+    # block as still leave a wave of blocks (16384 x 4096: 8 rows, 73% -> 80%)
+    wave = max(1, 1024 // threads) * target.compute_units if radix else 0
+    rows_per_block = tiles.get("rows_per_block", next((r for r in RADIX_ROWS_PER_BLOCK   # (CDNA: its loop spills
+                                                       if radix and target.is_nvidia           # scalar registers)
+                                                       and cdiv(p["rows"], r) >= wave), 1))
+    min_blocks = tiles.get("min_blocks", max(1, 1024 // threads) if radix and target.is_nvidia else 1)
+    filtered = tiles.get("filter", 1 if radix else 0)
+    if filtered > 1:
+        raise InvalidArgumentError(f"topk: filter={filtered}; give 0 or 1")
+    if (rows_per_block > 1 or min_blocks > 1 or filtered) and not radix:
+        raise InvalidArgumentError("topk: rows_per_block=, min_blocks= and filter= are for rows a block holds "
+                                   "(radix= from 4 to 11)")
+    if rows_per_block > 64 or min_blocks * threads > 2048:
+        raise InvalidArgumentError(f"topk: rows_per_block={rows_per_block} (at most 64), min_blocks={min_blocks} "
+                                   f"(at most {2048 // threads} blocks of {threads} threads)")
+    # the next row's loads into registers where 64 hold them with the row's 16 keys (H100: 16384 x 4096
+    # fp32 80% -> 82%, x 8192 87% -> 89%; with 32 keys they spill)
+    prefetch = tiles.get("prefetch", int(target.is_nvidia and rows_per_block > 1 and vec * chunks <= 16))
+    if prefetch > 1 or (prefetch and rows_per_block == 1):
+        raise InvalidArgumentError(f"topk: prefetch={prefetch}; 0 (the next row into L2), or 1 (its loads into "
+                                   "registers) with rows_per_block > 1")
+    if radix and vec * chunks > max_keys:
+        raise InvalidArgumentError(f"topk: vec*chunks = {vec * chunks} keys per thread with radix; at most "
+                                   f"{max_keys} on {target.arch}")
+    steps = cdiv(p["rows"], threads // row_threads * rows_per_block)
     if "split" in tiles and not stream:
         raise InvalidArgumentError("topk: split= is for streamed rows (stream=1)")
     parts = max(cdiv(SPLIT_BLOCKS, p["rows"]), cdiv(n * itemsize, PART_BYTES))
@@ -114,7 +169,9 @@ def configure(target, p, tiles) -> Config:
         raise InvalidArgumentError(f"topk: split={split}; at most {MAX_SPLIT} and at most the {cdiv(n, cols)} "
                                    f"column blocks of {cols} in a row")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
-                  stream=stream, split=split, blocks=steps)
+                  stream=stream, split=split, radix=radix, rows_per_block=rows_per_block,
+                  min_blocks=min_blocks, filter=bool(filtered), prefetch=bool(prefetch),
+                  blocks=steps)
 
 
 class TopkOp(Op):
@@ -164,9 +221,13 @@ class TopkOp(Op):
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"topk: align={p['align']} is below the {p['dtype']} element size")
         cfg = configure(target, p, tiles)
+        radix = (f", {cfg['radix']}, {cfg['rows_per_block']}, {cfg['min_blocks']}, "
+                 f"{'true' if cfg['filter'] else 'false'}{', true' if cfg['prefetch'] else ''}") if cfg["radix"] else ""
+        #                                                   (the types without radix are as they were)
         kernel_type = (f"topk<{DTYPES[cfg['dtype']].cpp}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['chunks']}, {'true' if cfg['stream'] else 'false'}, {cfg['split']}>")
-        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "chunks", "stream", "split")}
+                       f"{cfg['chunks']}, {'true' if cfg['stream'] else 'false'}, {cfg['split']}{radix}>")
+        params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "chunks", "stream", "split", "radix",
+                                                  "rows_per_block", "min_blocks", "filter", "prefetch")}
         spec = spec_mod.Specialization("topk", target, SOURCE, kernel_type, "hkjit_topk",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))

@@ -14,6 +14,7 @@
 //                                 old value (ds_add_rtn_u32 on CDNA, atom.shared.add on Hopper)
 //   detail::lane_shfl(v, src)     v of another lane of the warp / wave
 //   detail::sync_warp()           the lanes of a warp / wave meet (shared memory ordered)
+//   detail::prefetch_l2(p)        a hint: the line at p into L2 (NVIDIA; nothing on CDNA)
 //   detail::global_fetch_add(p, v), detail::fence_device()
 //                                 the same in global memory, and a device-wide fence: blocks
 //                                 publish partial results, the last to count in combines them
@@ -24,9 +25,11 @@ namespace hk {
 template <class T> struct order_key;
 template <> struct order_key<float> {
   static constexpr int bits = 32;
+  // Negatives: every bit flipped; the rest: the sign bit set. One shift and one three-input logic
+  // op (x ^ (sign-fill | 0x80000000)), then NaN by a float compare: a few instructions a key.
   HK_INLINE static u32 encode(u32 b) {
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFFFFFFu;
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    const u32 k = b ^ ((u32)((int)b >> 31) | 0x80000000u);
+    return __builtin_isnan(__builtin_bit_cast(float, b)) ? 0xFFFFFFFFu : k;
   }
   HK_INLINE static u32 decode(u32 k) { return (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k; }
 };
@@ -44,7 +47,10 @@ template <u32 INF> struct order_key16 {   // INF: the 16-bit pattern of +inf (bf
   }
 };
 }  // namespace detail
-template <> struct order_key<bf16> : detail::order_key16<0x7F80u> {};
+// bf16 in the high half of a word is the fp32 of the same value: fp32's encoding, the low half kept 0.
+template <> struct order_key<bf16> : detail::order_key16<0x7F80u> {
+  HK_INLINE static u32 encode(u32 b) { return order_key<float>::encode(b) & 0xFFFF0000u; }
+};
 template <> struct order_key<half> : detail::order_key16<0x7C00u> {};
 
 // The bits of element j of a packed chunk, as order_key<T>::encode takes them: a 16-bit element in
@@ -95,6 +101,15 @@ HK_INLINE u32 lane_shfl(u32 v, int src) {
   return __shfl_sync(0xFFFFFFFFu, v, src);
 #else
   return (u32)__builtin_amdgcn_ds_bpermute(src << 2, (int)v);
+#endif
+}
+// Ask for the 128-byte line at p to be brought into L2 (NVIDIA: prefetch.global.L2); a hint that
+// loads nothing into registers. CDNA: nothing (no prefetch to L2 here).
+HK_INLINE void prefetch_l2(const void* p) {
+#if HK_CUDA
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+  (void)p;
 #endif
 }
 HK_INLINE u32 smem_fetch_add(u32* p, u32 v) {
