@@ -40,6 +40,18 @@
 //                whole column blocks of its columns), writes them to the scratch and counts
 //                itself done on the row's counter; the last part selects the row's k among the
 //                parts' survivors (at most 16 * 128, in the candidate buffer) and writes them.
+//   RADIX        0, or (ROW_THREADS = THREADS, !STREAM) a row held by the whole block, searched by
+//                digits of RADIX bits (4 to 11): rounds from the top bit, each counting the keys
+//                whose higher bits match the threshold so far into a shared histogram of the next
+//                digit, a block-wide scan of the bins finding the digit of the k-th largest.
+//   ROWS_PER_BLOCK (RADIX) rows a block takes in turn, the next one's loads ahead (grid.x =
+//                ceil(rows / ROWS_PER_BLOCK)).
+//   MIN_BLOCKS   blocks an NVIDIA SM must hold at once (a register cap; 1: none).
+//   FILTER       (RADIX) first a threshold that keeps at least k keys (proven from the lane maxima,
+//                or guessed from the row two before and proven by the count), the candidates at or
+//                above it ranked directly; the digit search only when more than FCAND pass.
+//   PREFETCH_REGS (ROWS_PER_BLOCK > 1) the next row's loads into registers before this row's
+//                search; false: a hint that brings it into L2 (NVIDIA).
 //
 // args (the kernel's single parameter, by value), fields in this order:
 //   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
@@ -55,21 +67,25 @@
 // C layout: offsets 0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72; 80 bytes with the tail padding.
 //
 // threads = THREADS. dynamic_smem = 0 (static shared memory: the survivors, 8 bytes times
-// min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer).
+// min(128, COLS) per row group; STREAM adds the 8 KiB histogram and the 16 KiB candidate buffer;
+// RADIX a 4 * 2^RADIX-byte histogram and, with FILTER, two rows' candidates, 8 KiB).
 //
 // Grid: a step covers THREADS / ROW_THREADS consecutive rows (one per row group). Rows in
-// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b. STREAM:
-// grid.x = rows, block (b, y) runs part y of row b, grid.y = SPLIT; grid.z = 1.
+// registers: grid.x = ceil(rows / (THREADS / ROW_THREADS)), block b runs step b (RADIX: rows
+// b * ROWS_PER_BLOCK onwards). STREAM: grid.x = rows, block (b, y) runs part y of row b, grid.y =
+// SPLIT; grid.z = 1.
 //
 // Schedules (what hkjit/ops/topk.py picks):
 //   (sm_90a; CDNA keeps at most 16 keys a thread in a 64-lane wave, and streams with 512 threads)
 //   rows a warp holds: a warp per row, <= 32 keys a thread   <hk::bf16, 8, 256, 32, 1, false, 1>    (256)
 //                                                            <hk::bf16, 8, 256, 32, 4, false, 1>    (1024)
-//   longer rows: streamed, a block per row                   <hk::bf16, 8, 256, 256, 2, true, 1>    (16384 x 4096)
-//     in parts of about 64 KiB                               <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
+//   rows a block holds (n <= 16384), filtered, 8 rows a block in turn
+//                     <float, 4, 256, 256, 4, false, 1, 11, 8, 4, true, true>                    (16384 x 4096 fp32)
+//                     <hk::bf16, 8, 256, 256, 4, false, 1, 11, 8, 4, true>                      (16384 x 8192 bf16)
+//   longer rows: streamed, in parts of about 64 KiB          <hk::bf16, 8, 256, 256, 2, true, 4>    (128 x 128256)
 //     few rows: up to 16 parts                               <hk::bf16, 8, 256, 256, 2, true, 16>   (16 x 128256)
-//   (a block-wide row group in registers, ROW_THREADS = THREADS, is kept for overrides: it
-//   searches bit by bit with every key, so streaming's histogram is cheaper for long rows)
+//   (a block-wide row group searched bit by bit, ROW_THREADS = THREADS without RADIX, is kept
+//   for overrides; so are streamed rows of any length, stream=1)
 #pragma once
 #include "hk/hk.hpp"
 #include "hk/common/select.hpp"

@@ -10,6 +10,11 @@ vector width (from the alignment) and the schedule, which follows the row length
         registers, read once
         row_threads = a warp/wave (fewer for rows of fewer pieces); 256 threads, several rows a block
         (a block-wide row group, one row per block, is an override: row_threads = threads)
+    block rows (n <= 16384): the row in one block's registers (sm_90a: 16 keys a thread, 32 for 16-bit
+        types; CDNA: 16), read once; a threshold keeping at least k (proven from the lane maxima, or
+        guessed from an earlier row), the candidates above it ranked; a digit-histogram search
+        (radix bits a round) when too many pass. sm_90a: 8 rows a block in turn (fewer where that
+        leaves less than a wave of blocks), the next row's loads ahead; 64 registers (min_blocks)
     streamed rows (longer): a row part per block (256 threads on sm_90a, 512 on CDNA), read twice (a
         histogram of the top key bits, then the survivors and the candidates of the boundary bin);
         rows are split into parts of about 64 KiB (up to 16; more for few rows, so that about 256
@@ -300,6 +305,8 @@ def topk(x, k, *, out_values=None, out_indices=None, device=None, compiler=None,
     int from 1 to min(n, 128). values: (..., k) of x's dtype; indices: (..., k) int64 (as torch).
     Equal values go to the lower index first; NaN ranks above +inf (all NaNs equal) and -0.0 just
     below +0.0, as torch.topk on CUDA. out_values / out_indices: optional arrays to write.
-    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split.
+    Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split; for rows a block holds
+    radix (digit bits, 4-11; 0: not this schedule), rows_per_block, min_blocks, filter (0/1),
+    prefetch (0/1).
     """
     return launch.call(TOPK, (x, out_values, out_indices), (), (("k", k),), device, compiler, tile_overrides)
