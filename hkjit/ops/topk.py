@@ -196,7 +196,8 @@ class TopkOp(Op):
     # --- `hkjit bench topk` (hkjit/bench/memory_bound.py) ---------------------------------------
     def bench_cases(self, quick):
         shapes = ((1024, 256, 10), (128, 128256, 50)) if quick else \
-            ((1024, 256, 10), (4096, 1024, 32), (128, 128256, 50), (16, 128256, 50), (16384, 4096, 32))
+            ((1024, 256, 10), (4096, 1024, 32), (128, 128256, 50), (16, 128256, 50), (16384, 4096, 32),
+             (16384, 8192, 32))
         # float32: random fp32 rows have (almost surely) no ties, so indices compare exactly with torch's
         return [dict(rows=r, n=n, k=k, dtype="float32") for r, n, k in shapes]
 
