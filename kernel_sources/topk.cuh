@@ -144,6 +144,19 @@ struct topk {
     return (int)v[0];
   }
 
+  // v summed over this lane and the lanes below it (a Hillis-Steele scan over the warp; lanes below
+  // d add nothing at step d: an arithmetic mask, no branch).
+  HK_INLINE static hk::u32 lanes_inclusive_sum(hk::u32 v) {
+    constexpr int W = hk::WARP_THREADS;
+    const int lane = hk::lane_id();
+#pragma unroll
+    for (int d = 1; d < W; d *= 2) {
+      const hk::u32 t = hk::detail::lane_shfl(v, (lane - d) & (W - 1));
+      v += t & (hk::u32)((d - 1 - lane) >> 31);
+    }
+    return v;
+  }
+
   // Ties at the boundary key (`have` elements reach it, more than k): the largest tn such that
   // count(cand) -- the elements above the boundary key plus those at it whose ~column >= cand --
   // still reaches k, i.e. the boundary elements of the lowest columns. 0 when there are no ties
@@ -210,6 +223,53 @@ struct topk {
     else run_regs(a);
   }
 
+  // The survivors from this thread's keys into s, given tk (the k-th largest key of the row) and
+  // `have` (the row group's count of keys >= tk): those above tk, then the lowest columns among
+  // those at tk (the column search runs only when more than k reach tk). The keys become ~column
+  // for the elements at tk and 0 for the rest (reused registers; the column search's comparisons
+  // then change with every step, so none is kept live across its loop). SUM_ABOVE: the row
+  // group's count of keys above tk is summed here; otherwise it is `above`. Dead row groups
+  // (live = false) write nothing.
+  template <bool SUM_ABOVE>
+  HK_INLINE static void collect(survivors& s, hk::u32 (&key)[KEYS], hk::u32 tk, int above, int have, int n, int k,
+                                bool live) {
+    int mine = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) mine += key[i] > tk;
+    if (live && mine) {   // one shared-memory atomic per thread, not per survivor
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)mine);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] > tk) {
+          s.key[slot] = key[i];
+          s.col[slot] = (hk::u32)col_of(0, i);
+          ++slot;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
+    if constexpr (SUM_ABOVE) above = group_count(mine);
+    const hk::u32 tn = search_columns(n, k, have, [&](hk::u32 cand) {
+      int c = 0;
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
+      return above + group_count(c);
+    });
+    int at = 0;
+#pragma unroll
+    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
+    if (live && at) {
+      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
+#pragma unroll
+      for (int i = 0; i < KEYS; ++i)
+        if (key[i] != 0u && key[i] >= tn) {
+          s.key[slot] = tk;
+          s.col[slot] = ~key[i];
+          ++slot;
+        }
+    }
+  }
+
   // ---- rows held in registers ----------------------------------------------------------------
   __device__ static void run_regs(const args& a) {
     __shared__ survivors surv[GROUPS];
@@ -236,45 +296,7 @@ struct topk {
       c = group_count(c);
       if (c >= a.k) { tk = cand; have = c; }
     }
-    // Those above the boundary key survive. The keys then become ~column for the elements at
-    // the boundary key and 0 for the rest (reused registers; the comparisons below then change
-    // with every step, so none is kept live across the loop), and the lowest columns among the
-    // boundary ones complete the k.
-    int above = 0;
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) above += key[i] > tk;
-    if (live && above) {   // one shared-memory atomic per thread, not per survivor
-      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)above);
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i)
-        if (key[i] > tk) {
-          s.key[slot] = key[i];
-          s.col[slot] = (hk::u32)col_of(0, i);
-          ++slot;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
-    above = group_count(above);
-    const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
-      int c = 0;
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
-      return above + group_count(c);
-    });
-    int at = 0;
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
-    if (live && at) {
-      hk::u32 slot = hk::detail::smem_fetch_add(&s.count, (hk::u32)at);
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i)
-        if (key[i] != 0u && key[i] >= tn) {
-          s.key[slot] = tk;
-          s.col[slot] = ~key[i];
-          ++slot;
-        }
-    }
+    collect<true>(s, key, tk, 0, have, a.n, a.k, live);
     hk::sync_threads();
     if (live) write_sorted(a, s, row, lane);
   }
@@ -331,12 +353,7 @@ struct topk {
 #pragma unroll
       for (int j = 0; j < PER; ++j) sm.hist[hi - 1 - j] = 0u;
     constexpr int W = hk::WARP_THREADS;
-    hk::u32 incl = mine;   // inclusive scan over the warp's lanes (lanes below d add nothing)
-#pragma unroll
-    for (int d = 1; d < W; d *= 2) {
-      const hk::u32 t = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
-      incl += t & (hk::u32)((d - 1 - lane) >> 31);
-    }
+    const hk::u32 incl = lanes_inclusive_sum(mine);
     if (lane == W - 1) sm.warp_sum[warp] = incl;
     hk::sync_threads();
     hk::u32 before = 0;
@@ -378,42 +395,7 @@ struct topk {
     hk::u32 tk = 0;
     int above = 0, have = 0;
     radix_rounds<32>(sm, key, tk, above, have, a.k);
-    // tk is the k-th largest key: those above it survive, and the lowest columns among those at
-    // it complete the k (the column search runs only when more than k reach tk).
-    int mine = 0;
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) mine += key[i] > tk;
-    if (mine) {
-      hk::u32 slot = hk::detail::smem_fetch_add(&sm.s.count, (hk::u32)mine);
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i)
-        if (key[i] > tk) {
-          sm.s.key[slot] = key[i];
-          sm.s.col[slot] = (hk::u32)col_of(0, i);
-          ++slot;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) key[i] = key[i] == tk ? ~(hk::u32)col_of(0, i) : 0u;
-    const hk::u32 tn = search_columns(a.n, a.k, have, [&](hk::u32 cand) {
-      int c = 0;
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i) c += key[i] >= cand;
-      return above + group_count(c);
-    });
-    int at = 0;
-#pragma unroll
-    for (int i = 0; i < KEYS; ++i) at += key[i] != 0u && key[i] >= tn;
-    if (at) {
-      hk::u32 slot = hk::detail::smem_fetch_add(&sm.s.count, (hk::u32)at);
-#pragma unroll
-      for (int i = 0; i < KEYS; ++i)
-        if (key[i] != 0u && key[i] >= tn) {
-          sm.s.key[slot] = tk;
-          sm.s.col[slot] = ~key[i];
-          ++slot;
-        }
-    }
+    collect<false>(sm.s, key, tk, above, have, a.n, a.k, true);
     hk::sync_threads();
     write_sorted(a, sm.s, row, tid);
   }
@@ -467,12 +449,7 @@ struct topk {
     hk::u32 mine = 0;
 #pragma unroll
     for (int i = 0; i < KEYS; ++i) mine += key[i] >= t;
-    hk::u32 incl = mine;
-#pragma unroll
-    for (int d = 1; d < W; d *= 2) {
-      const hk::u32 x = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
-      incl += x & (hk::u32)((d - 1 - lane) >> 31);
-    }
+    const hk::u32 incl = lanes_inclusive_sum(mine);
     hk::u32 base = 0;
     if (lane == W - 1 && incl) base = hk::detail::smem_fetch_add(count, incl);
     hk::u32 slot = hk::detail::lane_shfl(base, W - 1) + incl - mine;
@@ -634,12 +611,7 @@ struct topk {
     const int lane = hk::lane_id(), top = NB - lane * B;
     hk::u32 mine = 0;
     for (int b = top - B; b < top; ++b) mine += sm.hist[b];
-    hk::u32 incl = mine;   // inclusive scan over the lanes (Hillis-Steele)
-#pragma unroll
-    for (int d = 1; d < W; d *= 2) {   // lanes below d add nothing (an arithmetic mask, no branch)
-      const hk::u32 t = hk::detail::lane_shfl(incl, (lane - d) & (W - 1));
-      incl += t & (hk::u32)((d - 1 - lane) >> 31);
-    }
+    const hk::u32 incl = lanes_inclusive_sum(mine);
     hk::u32 acc = incl - mine;
     if (acc < (hk::u32)k && incl >= (hk::u32)k) {
       for (int b = top - 1; b >= top - B; --b) {
