@@ -523,8 +523,9 @@ struct topk {
     return true;
   }
 
-  // ROWS_PER_BLOCK consecutive rows a block; with more than one, the next row is prefetched into L2
-  // (NVIDIA) while this one is searched, and rows two apart share a guessed threshold (FILTER).
+  // ROWS_PER_BLOCK consecutive rows a block; with more than one, the next row's loads are in flight
+  // while this one is searched (PREFETCH_REGS) or it is hinted into L2 (NVIDIA), and later rows take
+  // a threshold guessed from an earlier one (FILTER).
   __device__ static void run_radix(const args& a) {
     __shared__ radix_smem sm;
     const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, a.n, a.x_row_stride, 1);
