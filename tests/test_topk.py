@@ -179,8 +179,9 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
 
 
 # --- static figures of the benchmark shapes ---------------------------------------------------
-BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"), (128, 128256, "float32"),   # rows in registers,
-                (16384, 4096, "bfloat16"), (16, 128256, "bfloat16")]                          # streamed, split
+BENCH_SHAPES = [(1024, 256, "float32"), (4096, 1024, "bfloat16"),                         # rows a warp holds,
+                (16384, 4096, "bfloat16"), (16384, 8192, "float32"),                        # rows a block holds,
+                (128, 128256, "float32"), (16, 128256, "bfloat16")]                         # streamed, split
 
 
 @needs_clang
