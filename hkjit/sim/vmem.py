@@ -319,7 +319,8 @@ def compile_ds(o, inst, m):
                     else:
                         g.V[d + i][mask] = dw[:, :, i][mask]
             elif size >= 4:
-                data = np.concatenate([p.view(U32).reshape(p.shape[0], -1) for p in parts], 1)
+                # (size // 4 dwords a lane, not -1: a read that selects no lane has no rows to infer from)
+                data = np.concatenate([p.view(U32).reshape(p.shape[0], size // 4) for p in parts], 1)
                 _scatter_rows(g, d, nd, data, mask)
             else:
                 v = _extend(parts[0], size, signed)

@@ -233,3 +233,14 @@ def test_buffer_atomics_drop_out_of_range_lanes(arch):
     np.testing.assert_array_equal(after, want)
     first = np.where(t < 40, x[slot], x[slot] + (t - 40 + 1))   # lanes 40..63 hit a slot lane t-40 hit first
     np.testing.assert_array_equal(old, np.where(slot < 30, first, 0))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_lds_reads_with_no_active_lane(arch):
+    """ds_read_b32 / ds_read_b64 with EXEC = 0 read nothing and leave their destinations as they
+    were (the simulator once failed on a read that selected no lane)."""
+    x = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(U32)
+    _, out = run(code(arch), "ds_read_no_lanes", arch, (1, 1, 1), (64, 1, 1), [x, np.zeros(192, U32)])
+    np.testing.assert_array_equal(out[:64], x[128:192])
+    np.testing.assert_array_equal(out[64:128], x[192:256])
+    np.testing.assert_array_equal(out[128:], ~x[192:256])

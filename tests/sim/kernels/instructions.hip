@@ -145,3 +145,23 @@ extern "C" __global__ void buffer_atomics(int* x, int* out, int nbytes) {
   int t = __builtin_amdgcn_workitem_id_x();
   out[t] = __builtin_amdgcn_raw_ptr_buffer_atomic_add_i32(t + 1, r, (t % 40) * 4, 0, 0);
 }
+
+// ds_read_b32 / ds_read_b64 with EXEC = 0 (as in a branch no lane of the wave takes, which compilers
+// may still run through): nothing is read and the destinations keep their values
+extern "C" __global__ void ds_read_no_lanes(const u32* in, u32* out) {
+  __shared__ u32 s[128];
+  const int t = __builtin_amdgcn_workitem_id_x();
+  s[t] = in[t];
+  s[64 + t] = in[64 + t];
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "workgroup");
+  const u32 a = (u32)(unsigned long)(__attribute__((address_space(3))) u32*)(s + 2 * (t & 31));
+  u32 r = in[128 + t];
+  u32x2 r2 = {in[192 + t], ~in[192 + t]};
+  asm volatile("s_mov_b64 s[20:21], exec\n s_mov_b64 exec, 0\n ds_read_b32 %0, %2\n ds_read_b64 %1, %2\n"
+               " s_waitcnt lgkmcnt(0)\n s_mov_b64 exec, s[20:21]"
+               : "+v"(r), "+v"(r2) : "v"(a) : "s20", "s21", "memory");
+  out[t] = r;
+  out[64 + t] = r2.x;
+  out[128 + t] = r2.y;
+}
