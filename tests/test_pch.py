@@ -254,3 +254,27 @@ def test_cold_compile_benchmark_reports_pch_and_same_bytes(cache_dir):
     text = "\n".join(cold_compile.markdown({"cold_compile": [row], "cold_breakdown": rows}))
     assert "| relu | gfx950 |" in text and "(used) | yes |" in text
     assert os.environ["HKJIT_CACHE_DIR"] == str(cache_dir)   # the benchmark put the environment back
+
+
+def test_clang_time_report_is_read_whichever_columns_llvm_prints():
+    """LLVM leaves out a time column whose group total is zero (a short compile's passes often have no
+    system time) and may append bare memory counts: the wall time is read from every form."""
+    from hkjit.bench.cold_compile import _clang_report
+    report = """\
+===-------------------------------------------------------------------------===
+                               Clang time report
+===-------------------------------------------------------------------------===
+   ---User Time---   --System Time--   --User+System--   ---Wall Time---  --- Name ---
+   0.0300 ( 60.0%)   0.0100 ( 50.0%)   0.0400 ( 57.1%)   0.0410 ( 57.3%)  Front end
+   0.0200 ( 40.0%)   0.0100 ( 50.0%)   0.0300 ( 42.9%)   0.0305 ( 42.7%)  Optimizer
+===-------------------------------------------------------------------------===
+                      Pass execution timing report
+===-------------------------------------------------------------------------===
+   ---User Time---   --User+System--   ---Wall Time---  --- Name ---
+   0.0030 ( 75.0%)   0.0030 ( 75.0%)   0.0031 ( 73.8%)  InstCombinePass
+   0.0010 ( 25.0%)   0.0010 ( 25.0%)   0.0011 ( 26.2%)     1024  SROAPass
+   0.0040 (100.0%)   0.0040 (100.0%)   0.0042 (100.0%)  Total
+"""
+    groups, passes = _clang_report(report)
+    assert groups == {"Front end": 0.041, "Optimizer": 0.0305}
+    assert passes == [("InstCombinePass", 0.0031), ("SROAPass", 0.0011)]

@@ -169,7 +169,10 @@ def _line(r: dict) -> str:
 
 # ------------------------------------------------------------------------------ where the time goes
 
-_REPORT_ROW = re.compile(r"^\s*(?:[\d.]+ \(\s*[\d.]+%\)\s+){3}([\d.]+) \(\s*[\d.]+%\)\s+(.+?)\s*$")
+# LLVM prints a time column only where its group's total is nonzero (a short compile's passes can have
+# no system time), so the count of "value (percent%)" columns varies; wall time is always the last of
+# them, followed by optional bare memory / instruction counts, then the name.
+_REPORT_ROW = re.compile(r"^\s*(?:[\d.]+ \(\s*[\d.]+%\)\s+)*([\d.]+) \(\s*[\d.]+%\)\s+(?:\d+\s+)*(\S.*?)\s*$")
 
 
 def _clang_report(stderr: str) -> tuple[dict, list]:
