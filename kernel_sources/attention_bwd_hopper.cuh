@@ -225,10 +225,16 @@ struct attention_bwd_dkdv_hopper {
                 "all 4 producer warps load, or 1 to 3 of them beside the dQ warp (warp 3)");
   static_assert(!TMA || (DQ_WARP && LOAD_WARPS == 1 && !VARLEN && VEC == 8),
                 "TMA: warp 0 loads, warp 3 adds dQ; dense batches and 16-byte rows only");
-  static_assert(CONSUMER >= 0 && CONSUMER <= 7 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA),
-                "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), on the TMA "
-                "kernel's 240 registers");
+  static_assert(CONSUMER >= 0 && CONSUMER <= 15 && (CONSUMER & 5) != 4 && (CONSUMER == 0 || TMA) &&
+                    (!(CONSUMER & 8) || D == 64),
+                "consumer variants: bits 1 (wait placement), 2 (stmatrix), 4 (early dV, with 1), 8 (dQ by key "
+                "halves, D64), on the TMA kernel's 240 registers");
   static constexpr bool WAITS = CONSUMER & 1, STSM = CONSUMER & 2, EARLY_DV = CONSUMER & 4;
+  // KEYS (D64): each consumer computes dQ = dS K over its own 64 keys (one 64 x 64 partial each, summed
+  // in shared memory by consumer 0) instead of consumer 0 alone over all 128 (at D64 the 64 columns
+  // of dQ are one warpgroup's tile): the two do the same tensor work a step, and each reads only its
+  // own rows of dS^T, so the consumers no longer meet at a barrier before dQ.
+  static constexpr bool KEYS = CONSUMER & 8;
   static constexpr int BKV = CONSUMERS * 64;
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
@@ -646,6 +652,72 @@ struct attention_bwd_dkdv_hopper {
     }
   }
 
+  // dS^T of this step in place for dQ: KEYS, this warpgroup's own rows; else both consumers' halves.
+  static __device__ __forceinline__ void sync_ds(int consumer) {
+    if constexpr (KEYS)
+      hk::named_barrier(3 + consumer, hk::WARPGROUP_THREADS);
+    else
+      hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);
+  }
+
+  // dQ = dS K into dq (S^T's registers): KEYS, over this warpgroup's keys [64c, 64c + 64) (every
+  // consumer); else columns [64c, 64c + 64) over all 128 keys (consumers below DQ_WG; the others
+  // commit an empty group where EMPTY_GROUP, so the waits that follow count alike). Operands behind
+  // opaque offsets.
+  template <bool EMPTY_GROUP>
+  static __device__ __forceinline__ void issue_dq(dq_t& dq, ds_t& dst, keys_block& kv, int consumer) {
+    if (KEYS || consumer < DQ_WG) {
+      const int o = hk::opaque(0);
+      ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
+      keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
+      if constexpr (KEYS)
+        hk::mma_AtB(dq, hk::subtile_rows<64>(a, consumer), hk::subtile_rows<64>(kk, consumer), false);
+      else
+        hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
+    } else if constexpr (EMPTY_GROUP) {
+      hk::mma_commit();
+    }
+  }
+
+  // The step's dQ partial (in dq, complete) into the shared buffer the producer adds. KEYS: consumer 1
+  // leaves its partial there and arrives; consumer 0 waits for it and writes the sum in place (the
+  // same order every run: the same bits). The hand-off barrier alternates with the buffer: consumer 1
+  // may arrive for step t + 1 before consumer 0 waited at step t, never for step t + 2 (its buffer is
+  // freed only after consumer 0's step t).
+  static __device__ __forceinline__ void put_dq(dq_buf& dqo, dq_t& dq, int consumer, int t, int tid) {
+    if constexpr (KEYS) {
+      hk::fence_operand(dq);
+      float4* out = dqo.v + tid;
+      const int bar = 5 + (t & 1);
+      if (consumer == 1) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2],
+                                                       dq.v[0][4 * j + 3]);
+        hk::named_barrier_arrive(bar, CONSUMERS * hk::WARPGROUP_THREADS);
+      } else {
+        hk::named_barrier(bar, CONSUMERS * hk::WARPGROUP_THREADS);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float4 x = out[j * hk::WARPGROUP_THREADS];
+          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j] + x.x, dq.v[0][4 * j + 1] + x.y,
+                                                       dq.v[0][4 * j + 2] + x.z, dq.v[0][4 * j + 3] + x.w);
+        }
+        hk::fence_proxy_async();                      // read by the bulk copy (async proxy)
+      }
+      return;
+    }
+    if (consumer < DQ_WG) {
+      hk::fence_operand(dq);
+      float4* out = dqo.v + consumer * 8 * hk::WARPGROUP_THREADS + tid;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2],
+                                                     dq.v[0][4 * j + 3]);
+      hk::fence_proxy_async();                        // read by the bulk copy (async proxy)
+    }
+  }
+
   // WAITS: one step after S^T and dP^T were issued (in that order), with the tensor pipe kept busy
   // (FlashAttention-3's order, item 3 of docs/notes/attention_hopper_bwd_vs_fa3.md): P^T while dP^T
   // runs, dV issued once dS^T is formed and kept in flight across the dS^T store and the consumers'
@@ -695,19 +767,12 @@ struct attention_bwd_dkdv_hopper {
     if constexpr (!EARLY_DV) hk::mma_AB(dv, p, x.d_o, true);   // dV += P^T dO, in flight until dQ is issued
     store_ds(dst, ds, consumer);
     hk::fence_proxy_async();
-    hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);   // both halves of dS^T in place
+    sync_ds(consumer);
     // dQ in S^T's registers, dead once P^T and dS^T are packed: the same count as an accumulator of
     // its own, which ptxas answered with C7512 (every wgmma serialised; NVRTC 13.0 and 13.5) and
     // spills (13.5: 4 bytes; with EARLY_DV 68-76 bytes, both versions).
     dq_t& dq = sc;
-    if (consumer < DQ_WG) {                           // dS K; operands behind opaque offsets (consume())
-      const int o = hk::opaque(0);
-      ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
-      keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
-      hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
-    } else {
-      hk::mma_commit();                               // an empty group: the waits below count alike
-    }
+    issue_dq<true>(dq, dst, kv, consumer);
     hk::mma_wait<1>();                                // dV in (P^T's registers free); dQ running
     hk::fence_operand(dv);
     hk::fence_operand(p);
@@ -715,15 +780,7 @@ struct attention_bwd_dkdv_hopper {
     hk::mma_wait<1>();                                // dQ in; dK running
     // The dQ partial to the producer (the buffer of step t - 2 must have been added).
     hk::wait(dq_empty, ((t >> 1) & 1) ^ 1);
-    if (consumer < DQ_WG) {
-      hk::fence_operand(dq);
-      float4* out = dqo.v + consumer * 8 * hk::WARPGROUP_THREADS + tid;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        out[j * hk::WARPGROUP_THREADS] =
-            make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2], dq.v[0][4 * j + 3]);
-      hk::fence_proxy_async();                        // read by the bulk copy (async proxy)
-    }
+    put_dq(dqo, dq, consumer, t, tid);
     hk::arrive(dq_full);
     hk::mma_wait<0>();                                // dK in
     hk::fence_operand(dk);
@@ -819,26 +876,14 @@ struct attention_bwd_dkdv_hopper {
       hk::fence_operand(dk);
       hk::fence_operand(p);
       hk::fence_operand(ds);
-      hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);   // both halves of dS^T in place
+      sync_ds(consumer);
       dq_t& dq = sc;                                  // S^T is dead: its registers take dQ
-      if (consumer < DQ_WG) {                         // dS K; operands behind opaque offsets, as K's above
-        const int o = hk::opaque(0);
-        ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
-        keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
-        hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
-      }
+      issue_dq<false>(dq, dst, kv, consumer);
       hk::mma_wait<0>();
       if (tid % 32 == 0) hk::arrive(empty[st]);      // this warp's wgmma reads of the stage are done
       // The dQ partial to the producer (the buffer of step t - 2 must have been added).
       hk::wait(dq_empty[t & 1], ((t >> 1) & 1) ^ 1);
-      if (consumer < DQ_WG) {
-        hk::fence_operand(dq);
-        float4* out = dqb[t & 1].v + consumer * 8 * hk::WARPGROUP_THREADS + tid;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2], dq.v[0][4 * j + 3]);
-        hk::fence_proxy_async();                      // read by the bulk copy (async proxy)
-      }
+      put_dq(dqb[t & 1], dq, consumer, t, tid);
       hk::arrive(dq_full[t & 1]);
       if (++st == STAGES) { st = 0; phase ^= 1; }
     }

@@ -47,12 +47,15 @@ TMA_CONFIGS = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128
               [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_producer="tma"),
                dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_producer="tma"),
                dict(head_dim=128, causal=True, dtype="float16", dkdv_producer="tma", dq_warp=1, load_warps=1)]
-# dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1; the TMA producer's 240 registers)
+# dkdv_consumer (bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1, 8 dQ by key halves at D64; the TMA
+# producer's 240 registers)
 CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
                     for v in (1, 2, 3, 5, 7)] + \
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
                     dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_consumer=3),
-                    dict(head_dim=128, causal=True, dtype="float16", dkdv_consumer=7)]
+                    dict(head_dim=128, causal=True, dtype="float16", dkdv_consumer=7)] + \
+                   [dict(head_dim=64, causal=c, dkdv_consumer=v) for c in (False, True) for v in (8, 9, 10, 11, 15)] + \
+                   [dict(head_dim=64, causal=True, dkdv_stages=4, dtype="float16", dkdv_consumer=10)]
 
 
 def _compile(kernel, params):
@@ -78,9 +81,10 @@ def test_configs_compile_clean(kernel, params):
         return
     assert "setmaxnreg.inc" in r.ptx and "setmaxnreg.dec" in r.ptx
     # wgmma per query block: S^T and dP^T (SS, one per k16 step of head_dim each), dV and dK (RS, one
-    # per k16 step of block_q each), dQ = dS K (SS, A transposed: one per k16 step of the 128 keys)
+    # per k16 step of block_q each), dQ = dS K (SS, A transposed: one per k16 step of the 128 keys; with
+    # dkdv_consumer bit 8, of the consumer's own 64)
     d, blk = cfg["head_dim"], cfg["block"]
-    want = 2 * d // 16 + 2 * blk // 16 + 128 // 16
+    want = 2 * d // 16 + 2 * blk // 16 + (64 if cfg["consumer"] & 8 else 128) // 16
     wgmma = [line for line in r.ptx.splitlines() if "wgmma.mma_async" in line]
     assert len(wgmma) == want
     assert sum("}, {%r" in line for line in wgmma) == 2 * blk // 16     # A from registers: {%r..}
@@ -252,8 +256,10 @@ def test_consumer_configuration_and_refusals():
     assert B.DKDV.configure(SM90, {**p, "varlen": True}, {})["consumer"] == 0
     assert B.DKDV.kernel_type(B.DKDV.configure(SM90, p, dict(dkdv_consumer=0))).endswith(", true, 1, true>")
     assert B.DKDV.checks(c)[:2] == (("CONSUMER_REGS", 240), ("PRODUCER_REGS", 24))
-    for extra, tiles, msg in (({}, dict(dkdv_consumer=4), "dkdv_consumer=4; valid choices: 0, 1, 2, 3, 5, 7"),
-                              ({}, dict(dkdv_consumer=8), "dkdv_consumer=8; valid choices"),
+    for extra, tiles, msg in (({}, dict(dkdv_consumer=4), "dkdv_consumer=4; valid choices: 0, 1, 2, 3, 5, 7, 8"),
+                              ({}, dict(dkdv_consumer=12), "dkdv_consumer=12; valid choices"),
+                              ({}, dict(dkdv_consumer=16), "dkdv_consumer=16; valid choices"),
+                              ({}, dict(dkdv_consumer=10), "dkdv_consumer=10 at head_dim=128; bit 8 .* head_dim 64"),
                               ({}, dict(dkdv_consumer=True), "dkdv_consumer=True; valid choices"),
                               ({}, dict(dkdv_consumer="1"), "dkdv_consumer='1'; valid choices"),
                               ({}, dict(dkdv_consumer=1, dkdv_producer="cpasync"),

@@ -39,7 +39,9 @@ otherwise, refused naming dkdv_producer='cpasync'.
 P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
-packed, before the dP wait, so dS is formed while dV runs.
+packed, before the dP wait, so dS is formed while dV runs. 8 (head_dim 64 only): each consumer computes dQ over
+its own 64 keys and consumer 0 adds the two partials in shared memory, instead of consumer 0 computing all of
+dQ while consumer 1 waits at the barrier before it.
 
 Device memory (dkdv; varlen: sized by the longest sequence):
 - workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
@@ -72,8 +74,8 @@ _STAGES = (2, 3, 4)
 _DQ_WARP = (0, 1)
 _LOAD_WARPS = {0: (4,), 1: (1, 2, 3)}          # by dq_warp: warps of the producer that issue the loads
 _PRODUCERS = ("cpasync", "tma")
-# dkdv_consumer, bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV (with 1 only)
-_CONSUMERS = (0, 1, 2, 3, 5, 7)
+# dkdv_consumer, bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV (with 1 only), 8 dQ by key halves (D64)
+_CONSUMERS = (0, 1, 2, 3, 5, 7, 8, 9, 10, 11, 13, 15)
 
 
 class WorkspaceArgs(ctypes.Structure):
@@ -218,6 +220,9 @@ class Main(_Base):
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
         consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(p, producer)),
                            _CONSUMERS)
+        if consumer & 8 and d != 64:
+            _err(f"{where}: dkdv_consumer={consumer} at head_dim={d}; bit 8 (dQ by key halves) is for head_dim 64, "
+                 "where dQ's 64 columns are one consumer's tile (at 128 the consumers already split its columns)")
         if consumer and producer != "tma":
             _err(f"{where}: dkdv_consumer={consumer} with dkdv_producer={producer!r}; valid choices: 0 (the variants "
                  f"need the 240 registers a consumer has beside the TMA producer, {consumer_regs(CONSUMERS)} here; "
