@@ -40,6 +40,9 @@
 //                fp32 in registers (COLS / ROW_THREADS of them): with short rows the per-row work
 //                is the load, the sum, the scale and the store. Same results as EXACT = false,
 //                bit for bit. Default false.
+//   WEIGHT_REGS  (EXACT) true: the weight kept in registers as above; false: read per row, one
+//                chunk ahead of its use, as the general path reads it (no registers held across
+//                rows; straight-line code for the row). Default true.
 //
 // Schedules (choose by hidden so that hidden <= COLS; 16-byte accesses):
 //   short rows, many rows   ROW_THREADS < warp, ROWS 2..4, CHUNKS 1   <hk::bf16, 8, 256, 16, 2, 1>    (128)
@@ -73,7 +76,7 @@
 #include "hk/hk.hpp"
 
 template <class T, int VEC, int THREADS, int ROW_THREADS, int ROWS, int CHUNKS, int MIN_BLOCKS = 1,
-          bool EXACT = false>
+          bool EXACT = false, bool WEIGHT_REGS = true>
 struct rms_norm {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -98,6 +101,7 @@ struct rms_norm {
   static_assert(THREADS % 64 == 0 && THREADS <= 1024, "THREADS: a multiple of 64, at most 1024");
   static_assert(THREADS % ROW_THREADS == 0, "ROW_THREADS must divide THREADS");
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
+  static_assert(EXACT || WEIGHT_REGS, "WEIGHT_REGS = false: a choice of the EXACT path");
 
   // hidden == COLS: one load, one store, the weight from registers (see EXACT above). The same
   // operations in the same order as run_general, so the same bits. The first row block's x is
@@ -137,8 +141,45 @@ struct rms_norm {
     }
   }
 
+  // EXACT without the weight in registers: run_general's order of operations over exactly COLS
+  // columns (a constant), rows tested only.
+  __device__ static void run_exact_streamed(const args& a) {
+    constexpr float inv_hidden = 1.0f / (float)COLS;
+    const auto gx = hk::make_gl(const_cast<T*>(a.x), a.rows, COLS, a.x_row_stride, 1);
+    const auto gw = hk::make_gl(const_cast<T*>(a.weight), 1, COLS, COLS, 1);
+    const auto gy = hk::make_gl(a.y, a.rows, COLS, a.y_row_stride, 1);
+    const int row_blocks = (a.rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    for (int b = hk::block_x(); b < row_blocks; b += hk::grid_x()) {
+      const int r0 = b * ROWS_PER_BLOCK + tile::group() * ROWS;
+      tile x;
+      hk::load<true>(x, gx, r0, 0);
+      ftile sq;
+      hk::convert(sq, x);
+      hk::square(sq, sq);
+      hk::row_vec<tile> ss;
+      hk::row_sum(ss, sq);                          // run_general's 0 + part: the same (part >= +0)
+      hk::mul(ss, ss, inv_hidden);
+      hk::add(ss, ss, a.eps);
+      hk::rsqrt(ss, ss);
+      wslice w[2];
+      hk::load<true>(w[0], gw, 0, 0);
+#pragma unroll
+      for (int s = 0; s < CHUNKS; ++s) {
+        if (s + 1 < CHUNKS) hk::load<true>(w[(s + 1) % 2], gw, 0, (s + 1) * SLICE);
+        hk::col_vec<slice> wf;
+        fslice f;
+        hk::convert(wf, w[s % 2]);
+        hk::convert(f, hk::subtile_cols<SLICE>(x, s));
+        hk::mul_row(f, f, ss);
+        hk::mul_col(f, f, wf);
+        hk::store<true>(gy, f, r0, s * SLICE);
+      }
+    }
+  }
+
   __device__ static void run(const args& a) {
-    if constexpr (EXACT) run_exact(a);
+    if constexpr (EXACT && WEIGHT_REGS) run_exact(a);
+    else if constexpr (EXACT) run_exact_streamed(a);
     else run_general(a);
   }
 

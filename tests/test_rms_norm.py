@@ -84,16 +84,19 @@ def test_simulated_exact_rows_match_the_general_path(cache_dir, arch):
     rows, a persistent grid (the row loop after the peeled first row block), poisoned outputs."""
     dev = f"sim:{arch}"
     for (rows, hidden), dtype, tiles in (((37, 128), "bfloat16", {}),
-                                         ((70, 64), "float32", dict(row_threads=16, chunks=1, blocks=3))):
+                                         ((70, 64), "float32", dict(row_threads=16, chunks=1, blocks=3)),
+                                         ((9, 1024), "bfloat16", dict(threads=128, row_threads=64, chunks=2))):
         wide = inputs((rows, hidden + 24), dtype)[0]
         x, w = wide[:, 8:8 + hidden], inputs((hidden,), dtype)[1]
         got = {}
-        for exact in (0, 1):
+        # (exact, weight_regs): the general path, the weight in registers, the weight read per row
+        for variant in ((0, 1), (1, 1), (1, 0)):
             out = np.full((rows, hidden), np.nan, NP[dtype])
-            hkjit.rms_norm(x, w, 1e-5, out=out, device=dev, exact=exact, **tiles)
-            got[exact] = out
-        assert np.array_equal(got[0], got[1], equal_nan=False)
-        assert rel_err(got[1], reference(x, w, 1e-5)) < TOL[dtype]
+            hkjit.rms_norm(x, w, 1e-5, out=out, device=dev, exact=variant[0], weight_regs=variant[1], **tiles)
+            got[variant] = out
+        assert np.array_equal(got[(0, 1)], got[(1, 1)], equal_nan=False)
+        assert np.array_equal(got[(0, 1)], got[(1, 0)], equal_nan=False)
+        assert rel_err(got[(1, 0)], reference(x, w, 1e-5)) < TOL[dtype]
 
 
 def test_exact_needs_a_row_of_the_tile_s_columns():
@@ -101,6 +104,11 @@ def test_exact_needs_a_row_of_the_tile_s_columns():
         hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=100, exact=1)
     with pytest.raises(InvalidArgumentError, match="exact=2; 0 or 1"):
         hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=128, exact=2)
+    with pytest.raises(InvalidArgumentError, match="weight_regs=0 is a choice of the exact path"):
+        hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=4096, weight_regs=0)
+    for bad in (2, True, "0"):
+        with pytest.raises(InvalidArgumentError, match="weight_regs=.*; 0 or 1"):
+            hkjit.build("rms_norm", target="sm_90a", rows=4, hidden=128, weight_regs=bad)
     op = hkjit.ops.get("rms_norm")
     assert op.plan("sm_90a", rows=65536, hidden=128).config["exact"] == 1      # short rows: on
     assert op.plan("sm_90a", rows=4096, hidden=4096).config["exact"] == 0      # long rows: the general path
@@ -185,7 +193,26 @@ def test_gpu(shape, dtype):
                                       dtype=dtype).config["exact"]:
         general = hkjit.rms_norm(x, w, 1e-5, exact=0)                            # the general path
         assert ((general.float() - out.float()).norm() / out.float().norm()).item() < TOL[dtype]
+        assert torch.equal(hkjit.rms_norm(x, w, 1e-5, weight_regs=0), out)      # the weight per row: same bits
         assert torch.equal(hkjit.rms_norm(x, w, 1e-5, blocks=7), out)           # a persistent grid: same bits
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("rows", [1, 4097])
+def test_gpu_exact_rows_with_the_weight_read_per_row(rows):
+    """exact=1 at 1024 columns (32 a thread: not the default there), the weight in registers or read per
+    row (weight_regs=0): the general path's bits, ragged row counts, a persistent grid."""
+    import torch
+    x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16) * 2
+    w = torch.rand(1024, device="cuda", dtype=torch.bfloat16) + 0.5
+    want = hkjit.rms_norm(x, w, 1e-5)
+    ref = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-5)
+    assert ((want.float() - ref).norm() / ref.norm()).item() < TOL["bfloat16"]
+    for tiles in (dict(exact=1), dict(exact=1, weight_regs=0), dict(exact=1, weight_regs=0, blocks=5)):
+        out = torch.full_like(x, float("nan"))
+        hkjit.rms_norm(x, w, 1e-5, out=out, **tiles)
+        assert torch.equal(out, want), tiles
 
 
 @pytest.mark.gpu

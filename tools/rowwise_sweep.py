@@ -175,7 +175,11 @@ SHORT_CASES = [
 NORM4K_MID = NORM4K_V + [T(128, 128, 1, 4, blocks=132 * 16), T(256, 256, 1, 2, blocks=132 * 8),
                          T(512, 512, 1, 1, 4), T(64, 64, 1, 8)]
 NORM1K_MID = NORM1K_V + [T(128, 128, 1, 1, blocks=132 * 16), T(128, 32, 1, 4, blocks=132 * 16),
-                         T(256, 128, 1, 1), T(512, 128, 1, 1)]
+                         T(256, 128, 1, 1), T(512, 128, 1, 1),
+                         # rows of exactly 1024: straight-line code (Triton's kernel is), the weight in
+                         # registers (80 a thread) or read per row (55)
+                         T(128, 32, 1, 4, exact=1), T(128, 32, 1, 4, exact=1, weight_regs=0),
+                         T(64, 32, 1, 4, exact=1, weight_regs=0), T(256, 32, 1, 4, exact=1, weight_regs=0)]
 MID_CASES = [
     ("rms_norm", dict(rows=4096, hidden=4096, dtype="bfloat16"), NORM4K_MID),
     ("rms_norm", dict(rows=16384, hidden=1024, dtype="bfloat16"), NORM1K_MID),

@@ -144,7 +144,7 @@ class RmsNormOp(Op):
     )
     shape_params = ("rows", "hidden")
     default_shape = {"rows": 16384, "hidden": 4096}
-    tile_keywords = TILES
+    tile_keywords = TILES + ("weight_regs",)
     array_names = ("x", "weight", "out")
     output_names = ("out",)
     scalar_names = ("eps",)
@@ -176,16 +176,26 @@ class RmsNormOp(Op):
         return {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}[case["dtype"]]
 
     def plan_for(self, target, p, tiles) -> Plan:
+        tiles = dict(tiles)
+        weight_regs = tiles.pop("weight_regs", 1)
+        if isinstance(weight_regs, bool) or weight_regs not in (0, 1):
+            raise InvalidArgumentError(f"rms_norm: weight_regs={weight_regs!r}; 0 or 1")
         if p["hidden"] > MAX_HIDDEN:
             raise InvalidArgumentError(f"rms_norm: hidden={p['hidden']}; at most {MAX_HIDDEN}")
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"rms_norm: align={p['align']} is below the {p['dtype']} element size")
         cfg = configure(target, p, tiles)
+        if not weight_regs and not cfg["exact"]:
+            raise InvalidArgumentError("rms_norm: weight_regs=0 is a choice of the exact path (rows of exactly the "
+                                       "tile's columns, exact=1); the general path always reads the weight per row")
+        cfg["weight_regs"] = weight_regs
         ttype = DTYPES[cfg["dtype"]].cpp
         kernel_type = (f"rms_norm<{ttype}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
-                       f"{cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}, {str(bool(cfg['exact'])).lower()}>")
+                       f"{cfg['group_rows']}, {cfg['chunks']}, {cfg['min_blocks']}, {str(bool(cfg['exact'])).lower()}"
+                       # weight_regs=1 named by omission: the existing kernels' types stay as they were
+                       + (">" if weight_regs else ", false>"))
         params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "group_rows", "chunks", "min_blocks",
-                                      "exact")}
+                                      "exact") + (() if weight_regs else ("weight_regs",))}
         spec = spec_mod.Specialization("rms_norm", target, SOURCE, kernel_type, "hkjit_rms_norm",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
@@ -244,6 +254,7 @@ def rms_norm(x, weight, eps=1e-6, *, out=None, device=None, compiler=None, **til
     x: (..., hidden) bf16 / fp16 / fp32, rows contiguous (a row stride is allowed); weight:
     (hidden,) of x's dtype; hidden up to 65536. out: optional array of x's shape and dtype (may be
     x itself). Tile overrides: vec, threads, row_threads, group_rows, chunks, blocks, min_blocks,
-    exact (1: hidden == row_threads * vec * chunks, rows tested only, weight kept in registers).
+    exact (1: hidden == row_threads * vec * chunks, rows tested only, weight kept in registers),
+    weight_regs (with exact=1; 0: the weight read per row instead of held in registers).
     """
     return launch.call(RMS_NORM, (x, weight, out), (eps,), (), device, compiler, tile_overrides)
