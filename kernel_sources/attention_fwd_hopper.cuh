@@ -53,6 +53,12 @@
 //   EPILOGUE (0 or 1) O's stores from two row pointers worked out once (a store: its row's pointer plus
 //            a compile-time column offset), not each store's address from (row, column) behind its own
 //            branch: 802 -> 276 instructions a warp after the last product at D128 (SASS, static).
+//   PERSIST  (0 or 1) a persistent grid: grid.x blocks (one an SM) walk the tiles (query block, head,
+//            batch; the query block fastest, the order of the non-persistent grid) t = blockIdx.x,
+//            blockIdx.x + gridDim.x, ...; the ring's stage and phase carry from tile to tile, so the
+//            producer streams the next tile's first K/V blocks while the consumers finish this one's last
+//            products and store O. Each tile's Q by cp.async (PROLOGUE's path) after the previous tile's
+//            last product; the ping-pong barriers alternate between two pairs by tile.
 #include "attention_hopper_common.cuh"
 #include "exp2_fma.cuh"
 
@@ -73,7 +79,8 @@ struct attention_fwd_hopper {
   // of its cubin, as they were. (Enumerators, not static constexpr members: NVRTC emits a symbol for
   // each of those in the cubin.)
   enum : int {
-    LEAN = KNOBS & 3, EXP_FMA = (KNOBS >> 2) & 15, PROLOGUE = (KNOBS >> 6) & 1, EPILOGUE = (KNOBS >> 7) & 1
+    LEAN = KNOBS & 3, EXP_FMA = (KNOBS >> 2) & 15, PROLOGUE = (KNOBS >> 6) & 1, EPILOGUE = (KNOBS >> 7) & 1,
+    PERSIST = (KNOBS >> 8) & 1
   };
   static constexpr bool TMA = LOADS == hkjit_attn_hopper::kv_producer::tma;
   static constexpr bool CPASYNC = LOADS == hkjit_attn_hopper::kv_producer::cpasync;
@@ -85,6 +92,7 @@ struct attention_fwd_hopper {
   static_assert(!OVERLAP || STAGES >= 3, "the loop-top wait holds stages j - 2 and j - 1 while it waits for stage j");
   static_assert(!(TMA && VARLEN), "TMA streams dense (batch, head) views; packed rows run into the next sequence");
   static_assert(EXP_FMA >= 0 && EXP_FMA <= 8, "0 to 8 of every 16 scores on the FMA pipe");
+  static_assert(!PERSIST || (PROLOGUE && !VARLEN), "PERSIST: each tile's Q by cp.async (PROLOGUE); dense batches");
   static constexpr int BQ = CONSUMERS * 64;                  // query rows per block
   static constexpr int threads = (CONSUMERS + 1) * hk::WARPGROUP_THREADS;
   static constexpr int PRODUCER = CONSUMERS;
@@ -109,7 +117,26 @@ struct attention_fwd_hopper {
   struct consumer_t { q_t q; };
   static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + CONSUMERS * int(sizeof(consumer_t)) +
                                       2 * STAGES * 8;
-  static constexpr int SCHED_BARRIER = 3;      // + consumer: "your turn to issue" (ids 1, 2: the Q fences)
+  static constexpr int SCHED_BARRIER = 3;      // + consumer (+ 2 on PERSIST's odd tiles): "your turn to issue"
+                                               // (ids 1, 2: the Q fences)
+
+  // A block's work: query block x (rows x * BQ ..), head h, batch b. The grid's block, or PERSIST's
+  // tile t (the query block fastest: the grid's order).
+  struct tile_t { int x, h, b; };
+  static __device__ __forceinline__ tile_t grid_tile() {
+    const int b = blockIdx.z, h = blockIdx.y;         // (read in the order the kernel always read them)
+    return {(int)blockIdx.x, h, b};
+  }
+  static __device__ __forceinline__ tile_t tile_of(int t, int q_blocks, int heads) {
+    const int bh = t / q_blocks;
+    return {t - bh * q_blocks, bh % heads, bh / heads};
+  }
+  // The tile a role works on: PERSIST's, else the grid's block, read where it is used (read at the
+  // call, the block indices' registers would live across the register split).
+  static __device__ __forceinline__ tile_t my_tile(const tile_t& given) {
+    if constexpr (PERSIST) return given;
+    else return grid_tile();
+  }
 
   // ---- arguments (mirrored by hkjit/ops/_hopper_attention_fwd.py: Args, TmaArgs) ------------------
   // TMA: the K and V tensor maps come first (64-byte aligned); plain loads: no maps, 200 bytes.
@@ -147,25 +174,34 @@ struct attention_fwd_hopper {
   // fill(stage, j, full[stage]) issues the stage's loads and the arrival that completes full.
   template <class Fill>
   static __device__ __forceinline__ void fill_stages(int blocks, stage_t* ring, hk::mbarrier* full,
-                                                     hk::mbarrier* empty, Fill fill) {
-    int st = 0, phase = 0;
+                                                     hk::mbarrier* empty, int& ring_st, int& ring_phase, Fill fill) {
+    int st = PERSIST ? ring_st : 0, phase = PERSIST ? ring_phase : 0;   // (constants: see consume)
 #pragma unroll 1
     for (int j = 0; j < blocks; ++j) {                // issue only: nothing to unroll for
       hk::wait(empty[st], phase ^ 1);                 // fresh barriers pass parity 1 at once
       fill(ring[st], j, full[st]);
       if (++st == STAGES) { st = 0; phase ^= 1; }
     }
+    if constexpr (PERSIST) {
+      ring_st = st;
+      ring_phase = phase;
+    }
   }
 
   // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it
   // announces the stage's bytes on full[s] (its one arrival) and issues D / 64 copies for K, then as
   // many for V, one per 64-column swizzle chunk of the tile (tma_load_tile).
-  static __device__ void produce_tma(const args& g, int blocks, stage_t* ring, hk::mbarrier* full,
-                                     hk::mbarrier* empty) {
-    const int b = blockIdx.z, hk_ = blockIdx.y / (g.heads / g.kv_heads);
-    hk::tma::prefetch(g.k_map);
-    hk::tma::prefetch(g.v_map);
-    fill_stages(blocks, ring, full, empty, [&](stage_t& x, int j, hk::mbarrier& f) {
+  // st, phase: the ring position of the tile's first block, left at the next tile's.
+  static __device__ void produce_tma(const args& g, const tile_t& given, int blocks, stage_t* ring, hk::mbarrier* full,
+                                     hk::mbarrier* empty, int& st, int& phase) {
+    const tile_t tile = my_tile(given);
+    const int b = tile.b, group = g.heads / g.kv_heads;
+    const int hk_ = PERSIST ? tile.h / group : blockIdx.y / group;   // (the grid's: an unsigned division)
+    if (!PERSIST || (st == 0 && phase == 0)) {
+      hk::tma::prefetch(g.k_map);
+      hk::tma::prefetch(g.v_map);
+    }
+    fill_stages(blocks, ring, full, empty, st, phase, [&](stage_t& x, int j, hk::mbarrier& f) {
       hk::arrive_expect_tx(f, sizeof(stage_t));
       hkjit_attn_hopper::tma_load_tile(x.k, g.k_map, j * BKV, hk_, b, f);   // K first: S needs it first
       hkjit_attn_hopper::tma_load_tile(x.v, g.v_map, j * BKV, hk_, b, f);
@@ -176,13 +212,14 @@ struct attention_fwd_hopper {
   // and one arrival on full[s] that lands when they have; WHOLE blocks (all keys below n_k) go
   // unrolled without predicates, a sequence's last block piece by piece with zero fill.
   // "lsu": plain loads and shared stores, then a proxy fence and an ordinary arrival.
-  static __device__ void produce(const args& g, const seq_t& s, int blocks, stage_t* ring, hk::mbarrier* full,
-                                 hk::mbarrier* empty) {
-    const int b = blockIdx.z, h = blockIdx.y, hk_ = h / (g.heads / g.kv_heads);
+  static __device__ void produce(const args& g, const seq_t& s, const tile_t& given, int blocks, stage_t* ring,
+                                 hk::mbarrier* full, hk::mbarrier* empty, int& st, int& phase) {
+    const tile_t tile = my_tile(given);
+    const int b = tile.b, h = tile.h, hk_ = h / (g.heads / g.kv_heads);
     const T* kb = g.k + b * g.k_sb + hk_ * g.k_sh + (long long)s.k0 * g.k_sr;
     const T* vb = g.v + b * g.v_sb + hk_ * g.v_sh + (long long)s.k0 * g.v_sr;
     const int tid = hk::warpgroup_thread();
-    fill_stages(blocks, ring, full, empty, [&](stage_t& x, int j, hk::mbarrier& f) {
+    fill_stages(blocks, ring, full, empty, st, phase, [&](stage_t& x, int j, hk::mbarrier& f) {
       if constexpr (CPASYNC) {
         hkjit_attn_hopper::load_tile_async<VEC, true>(x.k, kb, g.k_sr, j * BKV, s.lk, tid);
         hkjit_attn_hopper::load_tile_async<VEC, true>(x.v, vb, g.v_sr, j * BKV, s.lk, tid);
@@ -200,11 +237,14 @@ struct attention_fwd_hopper {
   // Ping-pong: a consumer waits for its turn before issuing a block's products and hands the turn
   // to the other one right after, so their wgmmas alternate and each one's softmax overlaps the
   // other's products. Both consumers of a block run the same number of KV blocks.
-  static __device__ __forceinline__ void turn_wait(int consumer) {
-    if constexpr (PINGPONG) hk::named_barrier(SCHED_BARRIER + consumer, 2 * hk::WARPGROUP_THREADS);
+  // sched: SCHED_BARRIER, or (PERSIST) SCHED_BARRIER + 2 on odd tiles: consumer 1 hands over the next
+  // tile's first turn while consumer 0 may not yet have taken this tile's last hand-over, and the two
+  // arrivals on one barrier would complete it without consumer 0.
+  static __device__ __forceinline__ void turn_wait(int consumer, int sched = SCHED_BARRIER) {
+    if constexpr (PINGPONG) hk::named_barrier(sched + consumer, 2 * hk::WARPGROUP_THREADS);
   }
-  static __device__ __forceinline__ void turn_pass(int consumer) {
-    if constexpr (PINGPONG) hk::named_barrier_arrive(SCHED_BARRIER + (consumer ^ 1), 2 * hk::WARPGROUP_THREADS);
+  static __device__ __forceinline__ void turn_pass(int consumer, int sched = SCHED_BARRIER) {
+    if constexpr (PINGPONG) hk::named_barrier_arrive(sched + (consumer ^ 1), 2 * hk::WARPGROUP_THREADS);
   }
 
   // EXP_FMA: score register k's exponential on the FMA pipe? k % 16 walks a thread's 4 column groups
@@ -311,16 +351,20 @@ struct attention_fwd_hopper {
       hk::mma_AB(o, p, ring[stage].v, true);
   }
 
-  // Row 0 of this block's (batch, head) of q.
-  static __device__ __forceinline__ const T* q_rows(const args& g, const seq_t& s) {
-    const int b = blockIdx.z, h = blockIdx.y;
+  // Row 0 of the tile's (batch, head) of q.
+  static __device__ __forceinline__ const T* q_rows(const args& g, const seq_t& s, const tile_t& tile) {
+    const int b = tile.b, h = tile.h;
     return g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
   }
 
-  static __device__ void consume(const args& g, const seq_t& s, int blocks, stage_t* ring, consumer_t& mine,
-                                 hk::mbarrier* full, hk::mbarrier* empty, int consumer) {
-    const int b = blockIdx.z, h = blockIdx.y, tid = hk::warpgroup_thread();
-    const int row0 = blockIdx.x * BQ + consumer * 64;          // first query row of this warpgroup
+  // ring_st, ring_phase: the ring position of the tile's first block, left at the next tile's; sched:
+  // the tile's ping-pong barriers (turn_wait).
+  static __device__ void consume(const args& g, const seq_t& s, const tile_t& given, int blocks, stage_t* ring,
+                                 consumer_t& mine, hk::mbarrier* full, hk::mbarrier* empty, int consumer,
+                                 int& ring_st, int& ring_phase, int sched = SCHED_BARRIER) {
+    const tile_t tile = my_tile(given);
+    const int b = tile.b, h = tile.h, tid = hk::warpgroup_thread();
+    const int row0 = tile.x * BQ + consumer * 64;             // first query row of this warpgroup
     const bool warp_leader = tid % 32 == 0;
     if constexpr (PROLOGUE) {
       asm volatile("cp.async.wait_all;" ::: "memory");        // Q's copies (issued in run()) have landed
@@ -333,7 +377,7 @@ struct attention_fwd_hopper {
     // Consumer 0 issues first: consumer 1 hands it the first turn. Each consumer then waits for its
     // turn `blocks` times and hands it over `blocks` times; consumer 0 takes the last hand-over
     // after its loop, so both barriers end balanced.
-    if (PINGPONG && consumer == 1) hk::named_barrier_arrive(SCHED_BARRIER, 2 * hk::WARPGROUP_THREADS);
+    if (PINGPONG && consumer == 1) hk::named_barrier_arrive(sched, 2 * hk::WARPGROUP_THREADS);
 
     o_t o;
     hk::map(o, [](float) { return 0.f; });
@@ -342,13 +386,16 @@ struct attention_fwd_hopper {
     const float sl2 = g.scale_log2;
     p_t p;
     s_t sc;
-    int st = 0, phase = 0, prev = 0;
+    // (Without PERSIST the constants themselves: consume is not inlined, and a stage, phase or barrier id
+    // from a parameter would be a register.)
+    int st = PERSIST ? ring_st : 0, phase = PERSIST ? ring_phase : 0, prev = st;
+    if constexpr (!PERSIST) sched = SCHED_BARRIER;
     if (blocks > 0) {
-      hk::wait(full[0], 0);
+      hk::wait(full[st], phase);
       if constexpr (CPASYNC) hk::fence_proxy_async();         // the stage's cp.async writes, for wgmma
-      turn_wait(consumer);
-      scores(sc, mine, ring, 0);
-      turn_pass(consumer);
+      turn_wait(consumer, sched);
+      scores(sc, mine, ring, st);
+      turn_pass(consumer, sched);
       hk::mma_wait<0>();
       hk::fence_operand(sc);
       softmax(sc, 0, s, row0, sl2, m, l, alpha);
@@ -370,11 +417,11 @@ struct attention_fwd_hopper {
         if (j >= 2 && warp_leader) hk::arrive(empty[prev2]);  // this warp's reads of stage j - 2 are done
         hk::pack_a(p, sc);                                    // P_(j-1)
       }
-      turn_wait(consumer);
+      turn_wait(consumer, sched);
       scores(sc, mine, ring, st);                             // S_j
       if constexpr (!LATE_RESCALE) rescale(o, alpha);         // O to block j - 1's max, then
       accumulate(o, p, ring, prev);                           //   O += P_(j-1) V_(j-1)
-      turn_pass(consumer);
+      turn_pass(consumer, sched);
       hk::mma_wait<1>();                                      // S_j is in; P V still running
       hk::fence_operand(sc);
       softmax(sc, j, s, row0, sl2, m, l, alpha);
@@ -432,9 +479,14 @@ struct attention_fwd_hopper {
       hk::fence_operand(o);
       hk::fence_operand(p);
       if (warp_leader) hk::arrive(empty[st]);
+      if constexpr (PERSIST) {                                // the next tile starts at the next stage
+        if (++st == STAGES) { st = 0; phase ^= 1; }
+        ring_st = st;
+        ring_phase = phase;
+      }
     }
     hk::mma_wait<0>();             // (nothing in flight; tells ptxas so before a divergent path)
-    if (PINGPONG && consumer == 0) turn_wait(0);              // the other consumer's last hand-over
+    if (PINGPONG && consumer == 0) turn_wait(0, sched);       // the other consumer's last hand-over
 
     // O /= l; LSE (natural log) = (m + log2 l) / log2 e; rows with no key: O = 0, LSE = -inf.
     float inv[2], lse[2];
@@ -485,6 +537,10 @@ struct attention_fwd_hopper {
 
   // ---- entry ---------------------------------------------------------------------------------------
   static __device__ void run(const args& g) {
+    if constexpr (PERSIST) {
+      run_persistent(g);
+      return;
+    }
     extern __shared__ unsigned char smem_raw[];
     // (Rounding through an integer loses the shared state space: the Q tile's four stores a thread are
     // generic ST.E. Offsetting smem_raw by a pad from its shared address instead makes them STS but
@@ -500,8 +556,8 @@ struct attention_fwd_hopper {
       // Q's copies first: they need no barrier (consume waits for them with cp.async.wait_all).
       const int c = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);   // warp-uniform, as below
       if (c < CONSUMERS)
-        hkjit_attn_hopper::load_tile_async<VEC, true>(cons[c].q, q_rows(g, s), g.q_sr, blockIdx.x * BQ + c * 64, s.lq,
-                                                      hk::warpgroup_thread());
+        hkjit_attn_hopper::load_tile_async<VEC, true>(cons[c].q, q_rows(g, s, grid_tile()), g.q_sr,
+                                                      blockIdx.x * BQ + c * 64, s.lq, hk::warpgroup_thread());
     }
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
@@ -518,17 +574,69 @@ struct attention_fwd_hopper {
     // consumer's Q tile address and its wgmma descriptors, in uniform registers (threadIdx.x / 128
     // put them in vector registers, moved over by 2 R2UR a wgmma; 2-30 fewer instructions an iteration).
     const int wg = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);
+    int st = 0, phase = 0;                            // the ring's first stage (PERSIST carries them)
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       const int blocks = kv_blocks(s, blockIdx.x * BQ);
       if constexpr (TMA) {
-        if (hk::warpgroup_thread() == 0) produce_tma(g, blocks, ring, full, empty);
+        if (hk::warpgroup_thread() == 0) produce_tma(g, tile_t{}, blocks, ring, full, empty, st, phase);
       } else {
-        produce(g, s, blocks, ring, full, empty);     // lsu or cpasync
+        produce(g, s, tile_t{}, blocks, ring, full, empty, st, phase);     // lsu or cpasync
       }
     } else {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();   // (one consumer has them all)
-      consume(g, s, kv_blocks(s, blockIdx.x * BQ), ring, cons[wg], full, empty, wg);
+      consume(g, s, tile_t{}, kv_blocks(s, blockIdx.x * BQ), ring, cons[wg], full, empty, wg, st, phase);
+    }
+  }
+
+  // PERSIST: the block walks tiles blockIdx.x, + gridDim.x, ... (hkjit/ops/_hopper_attention_fwd.py sizes
+  // the grid: one block an SM, at most the tiles). Producer and consumers skip the same tiles (rows past
+  // a short sequence: none here, dense batches only) and count the same KV blocks, so the ring's stage
+  // and phase agree on both sides from tile to tile.
+  static __device__ void run_persistent(const args& g) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
+    stage_t* ring = reinterpret_cast<stage_t*>(base);
+    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
+    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(cons + CONSUMERS);
+    hk::mbarrier* empty = full + STAGES;
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) {
+        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);
+        hk::init(empty[i], CONSUMERS * 4);
+      }
+      hk::fence_barrier_init();
+    }
+    __syncthreads();
+    const int q_blocks = (g.n_q + BQ - 1) / BQ, tiles = q_blocks * g.heads * g.batch;
+    const int wg = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);
+    int st = 0, phase = 0;
+    if (wg == PRODUCER) {
+      if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
+      if (TMA && hk::warpgroup_thread() != 0) return;          // TMA: one thread issues
+#pragma unroll 1
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const tile_t tile = tile_of(t, q_blocks, g.heads);
+        const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
+        const int blocks = kv_blocks(s, tile.x * BQ);
+        if constexpr (TMA) produce_tma(g, tile, blocks, ring, full, empty, st, phase);
+        else produce(g, s, tile, blocks, ring, full, empty, st, phase);
+      }
+      return;
+    }
+    if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
+    int odd = 0;
+#pragma unroll 1
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const tile_t tile = tile_of(t, q_blocks, g.heads);
+      const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
+      // Q of the tile (consume waits for it): the previous tile's products, which read this buffer,
+      // are retired (consume ends with a full wgmma wait).
+      hkjit_attn_hopper::load_tile_async<VEC, true>(cons[wg].q, q_rows(g, s, tile), g.q_sr, tile.x * BQ + wg * 64,
+                                                    s.lq, hk::warpgroup_thread());
+      consume(g, s, tile, kv_blocks(s, tile.x * BQ), ring, cons[wg], full, empty, wg, st, phase,
+              SCHED_BARRIER + 2 * odd);
+      odd ^= 1;
     }
   }
 };

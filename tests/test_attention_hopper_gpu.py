@@ -38,7 +38,10 @@ VARIANTS = [dict(producer="lsu", overlap=1), dict(producer="lsu", overlap=1, blo
             dict(exp_fma=3, consumers=1),
             # prologue: Q by cp.async before the barrier set-up; epilogue: O stored from two row pointers
             dict(prologue=1, epilogue=1), dict(prologue=1, epilogue=1, lean=2, exp_fma=2),
-            dict(epilogue=1, consumers=1), dict(prologue=1, block_kv=64, stages=4, producer="cpasync")]
+            dict(epilogue=1, consumers=1), dict(prologue=1, block_kv=64, stages=4, producer="cpasync"),
+            # persistent: one block an SM walking the tiles, the ring carried from tile to tile
+            dict(persistent=1), dict(persistent=1, producer="cpasync"), dict(persistent=1, consumers=1),
+            dict(persistent=1, lean=2, block_kv=64, stages=4), dict(persistent=1, pingpong=0, overlap=1)]
 # the tile sets that serve every input (varlen, 4-byte rows): the default producer "cpasync" and "lsu"
 ANY_INPUT = [dict(), dict(producer="lsu"), dict(overlap=1, block_kv=64, stages=4), dict(lean=1), dict(lean=2),
              dict(exp_fma=2, lean=2), dict(prologue=1, epilogue=1)]
@@ -88,6 +91,28 @@ def test_varlen_lengths(d, causal, tiles):
         seq = varlen_sequence
         ref_o, ref_lse = torch_reference(seq(q, sq), seq(k, sk), seq(v, sk), causal, 1 / math.sqrt(d))
         check_torch(seq(out, sq), lse[:, sq][None], ref_o, ref_lse, f"varlen sequence {i} {tiles}")
+
+
+@pytest.mark.parametrize("tiles", [dict(), dict(producer="cpasync"), dict(lean=2), dict(consumers=1)], ids=str)
+@pytest.mark.parametrize("case", [(2, 8, 2, 2048, 2048, 128, False), (3, 5, 5, 1000, 1500, 64, True),
+                                  (1, 4, 1, 5000, 300, 128, True), (4, 16, 4, 4096, 512, 64, True),
+                                  (16, 4, 4, 64, 64, 64, False)], ids=str)
+def test_persistent_gives_the_grid_s_bits(case, tiles):
+    """persistent=1 runs each tile's arithmetic as the grid's block does, in the same order: O and LSE
+    bit for bit (twice: the same bits each run), with more tiles than SMs (up to ~16 a block: the ring's
+    phases and the ping-pong barriers carried across tiles) and fewer, rows that see no key (causal,
+    N_q > N_k), poisoned outputs. A hang or a mismatch on the later tiles of a block points at the
+    carried ring position or the alternating turn barriers."""
+    import torch
+    b, h, hkv, nq, nk, d, causal = case
+    q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    want, want_lse = hkjit.attention(q, k, v, causal=causal, return_lse=True, **tiles)
+    for _ in range(2):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((b, h, nq), float("nan"), device="cuda")
+        hkjit.attention(q, k, v, causal=causal, out=out, lse=lse, persistent=1, **tiles)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse), f"{case} {tiles}"
 
 
 @pytest.mark.parametrize("tiles", VARIANTS, ids=str)

@@ -69,7 +69,12 @@ VARIANTS = [dict(head_dim=128, overlap=ov, producer=pr, stages=st, block_kv=kv, 
             dict(head_dim=64, prologue=1, epilogue=1, lean=2, exp_fma=2),
             dict(head_dim=128, prologue=1, epilogue=1, varlen=True, dtype="float16", causal=True),
             dict(head_dim=64, prologue=1, epilogue=1, align=4), dict(head_dim=128, prologue=1, consumers=1, align=8),
-            dict(head_dim=64, epilogue=1, producer="lsu", block_kv=64)]
+            dict(head_dim=64, epilogue=1, producer="lsu", block_kv=64)] + \
+           [dict(head_dim=d, causal=c, persistent=1) for d in (64, 128) for c in (False, True)] + \
+           [dict(head_dim=128, persistent=1, producer="cpasync", dtype="float16"),
+            dict(head_dim=64, persistent=1, producer="lsu", lean=2, causal=True),
+            dict(head_dim=128, persistent=1, lean=1, overlap=1), dict(head_dim=64, persistent=1, consumers=1),
+            dict(head_dim=128, persistent=1, pingpong=0, block_kv=64, stages=4, align=8)]
 
 
 @needs_nvrtc
@@ -444,6 +449,29 @@ def test_default_table_and_limits():
         with pytest.raises(InvalidArgumentError, match="16 bytes"):
             F.configure(SM90, {**p, "align": align}, dict(producer="tma"))
     assert F.configure(SM90, {**p, "align": 8}, dict(overlap=1))["vec"] == 4
+
+
+def test_persistent_grid_and_refusals():
+    """persistent=1: one block an SM (the device's count when the call has one, else the target's), never
+    more than the (query block, head, batch) tiles; the kernel type gains KNOBS bit 8 and nothing else;
+    varlen and prologue=0 refused naming the fix."""
+    p = dict(batch=2, heads=8, kv_heads=2, n_q=1000, n_k=1200, head_dim=128, dtype="bfloat16", causal=False,
+             varlen=False, align=16)
+    base, pers = F.configure(SM90, p, {}), F.configure(SM90, p, dict(persistent=1))
+    assert F.launch_grid(base, p) == (8, 8, 2)
+    assert F.launch_grid(pers, p) == (128, 1, 1)                                   # 128 tiles < 132 SMs
+    assert F.launch_grid(pers, {**p, "n_q": 8192}) == (132, 1, 1)
+    assert F.launch_grid(pers, {**p, "n_q": 8192, "num_sms": 114}) == (114, 1, 1)  # e.g. an H100 PCIe
+    assert F.knobs(pers) == F.knobs(base) | 256
+    assert F.kernel_type(pers) == F.kernel_type(base).replace(f", {F.knobs(base)}>", f", {F.knobs(pers)}>")
+    with pytest.raises(InvalidArgumentError, match="persistent=1 with cu_seqlens.*persistent=0"):
+        F.configure(SM90, {**p, "varlen": True}, dict(persistent=1, producer="cpasync"))
+    with pytest.raises(InvalidArgumentError, match="persistent=1 loads each tile's Q by cp.async.*prologue=1"):
+        F.configure(SM90, p, dict(persistent=1, prologue=0))
+    with pytest.raises(InvalidArgumentError, match="persistent=2; valid choices: 0, 1"):
+        F.configure(SM90, p, dict(persistent=2))
+    plan = hkjit.ops.get("attention").plan("sm_90a", **{k: v for k, v in p.items() if k != "varlen"}, persistent=1)
+    assert plan.grid == (128, 1, 1)
 
 
 def test_refused_variants_never_compile(monkeypatch):

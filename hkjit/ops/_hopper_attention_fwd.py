@@ -47,8 +47,11 @@ at D64. `prologue` (0 or 1): each consumer's Q by cp.async issued before the blo
 round trip, not two); `epilogue` (0 or 1): O stored from two row pointers worked out once (802 -> 276 SASS
 instructions a warp after the last product at D128): fixed costs a block pays once, which weigh most at
 short N. exp_fma=1, prologue=1 and epilogue=1 are the defaults (measured on H100 beside each other and
-cuDNN). Rejected before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may
-use.
+cuDNN). `persistent` (0 or 1; prepared, compile-checked, not a default until measured): one block an SM
+(`num_sms`, the device's count, else the target's; at most the tiles) walks the (query block, head, batch)
+tiles in the grid's order, the ring's stage and phase carried from tile to tile so the producer streams the
+next tile's K/V while the consumers finish this one; dense batches and prologue=1 only (refused otherwise).
+Rejected before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
 import ctypes
@@ -64,18 +67,18 @@ from ..targets import parse as _parse_target
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
 TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue",
-         "epilogue")
+         "epilogue", "persistent")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
 # exp_fma=1, prologue=1, epilogue=1: together faster than without on 13 of 14 H100 timings (two runs, 6-8
 # shapes, +1-3%; the one loss N8192 D128 causal -1.4%), none of the three alone consistently
 # (docs/notes/attention_hopper.md)
 _DEFAULTS = {64: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0, exp_fma=1,
-                 prologue=1, epilogue=1),
+                 prologue=1, epilogue=1, persistent=0),
              128: dict(block_kv=128, consumers=2, stages=3, pingpong=1, overlap=0, producer="tma", lean=0, exp_fma=1,
-                  prologue=1, epilogue=1)}
+                  prologue=1, epilogue=1, persistent=0)}
 _CHOICES = {"block_kv": (64, 128), "consumers": (1, 2), "stages": (2, 3, 4), "pingpong": (0, 1), "overlap": (0, 1),
             "producer": ("lsu", "tma", "cpasync"), "lean": (0, 1, 2), "exp_fma": (0, 1, 2, 3, 4, 6, 8),
-            "prologue": (0, 1), "epilogue": (0, 1)}
+            "prologue": (0, 1), "epilogue": (0, 1), "persistent": (0, 1)}
 # setmaxnreg of the producer warpgroup (2 consumers). cp.async: 24 would do for NVRTC 13.5, but 13.0
 # (what torch's CUDA 13.0 wheels bring) spilled there; with 8- or 4-byte rows (2-4x the copies a stage)
 # it keeps the plain loads' 72.
@@ -139,6 +142,12 @@ def configure(target, p: dict, tiles: dict) -> Config:
         if align % TMA_ALIGN:
             _err(f"{where}: producer='tma' needs q, k and v base pointers and strides aligned to {TMA_ALIGN} "
                  f"bytes (these are aligned to {align}); pass contiguous arrays or use producer='cpasync'")
+    if chosen["persistent"]:
+        if p["varlen"]:
+            _err(f"{where}: persistent=1 with cu_seqlens: the persistent grid walks dense (query block, head, batch) "
+                 "tiles; pass persistent=0 for varlen batches")
+        if not chosen["prologue"]:
+            _err(f"{where}: persistent=1 loads each tile's Q by cp.async, prologue=1's path; pass prologue=1")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
                  varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
     cfg["block_q"] = 64 * cfg["consumers"]
@@ -152,14 +161,16 @@ def configure(target, p: dict, tiles: dict) -> Config:
 
 def template_params(cfg) -> dict:
     return {k: cfg[k] for k in ("dtype", "head_dim", "block_kv", "consumers", "stages", "causal", "varlen", "vec",
-                                "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue", "epilogue")}
+                                "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue", "epilogue",
+                                "persistent")}
 
 
 def knobs(cfg) -> int:
     """The kernel's KNOBS argument: the consumer's overrides packed in one int (lean: bits 0-1, exp_fma:
-    bits 2-5, prologue: bit 6, epilogue: bit 7), so that a new one leaves earlier configurations' types,
-    and cubins, unchanged."""
-    return int(cfg["lean"]) | int(cfg["exp_fma"]) << 2 | int(cfg["prologue"]) << 6 | int(cfg["epilogue"]) << 7
+    bits 2-5, prologue: bit 6, epilogue: bit 7, persistent: bit 8), so that a new one leaves earlier
+    configurations' types, and cubins, unchanged."""
+    return (int(cfg["lean"]) | int(cfg["exp_fma"]) << 2 | int(cfg["prologue"]) << 6 | int(cfg["epilogue"]) << 7
+            | int(cfg["persistent"]) << 8)
 
 
 def kernel_type(cfg) -> str:
@@ -186,7 +197,13 @@ def checks(cfg) -> tuple:
 
 
 def launch_grid(cfg, p) -> tuple:
-    return (math.ceil(p["n_q"] / cfg["block_q"]), p["heads"], p["batch"])
+    """(query blocks, heads, batch); persistent: one block an SM (p["num_sms"], the device's, else the
+    target's), at most one a tile (the kernel walks tiles blockIdx.x, + gridDim.x, ...)."""
+    q_blocks = math.ceil(p["n_q"] / cfg["block_q"])
+    if cfg["persistent"]:
+        sms = p.get("num_sms") or _parse_target(cfg["target"]).compute_units
+        return (max(1, min(q_blocks * p["heads"] * p["batch"], sms)), 1, 1)
+    return (q_blocks, p["heads"], p["batch"])
 
 
 def workspace(cfg, p) -> tuple:

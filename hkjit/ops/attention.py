@@ -191,6 +191,7 @@ class AttentionOp(Op):
         Param("causal", "bool", False, doc="bottom-right aligned causal mask"),
         Param("varlen", "bool", False, doc="packed sequences delimited by cu_seqlens"),
         Param("align", "choice", 16, (4, 8, 16), "byte alignment of q, k, v base pointers and strides"),
+        Param("num_sms", "int", None, doc="SMs a persistent grid fills (sm_90a persistent=1; default: the target's)"),
     )
     shape_params = ("batch", "heads", "kv_heads", "n_q", "n_k", "head_dim")
     default_shape = {"batch": 16, "heads": 64, "kv_heads": 8, "n_q": 8192, "n_k": 8192, "head_dim": 128}
@@ -248,7 +249,8 @@ class AttentionOp(Op):
             raise InvalidArgumentError("attention: q, k or v has an odd base address or stride (in elements); "
                                        "pass contiguous arrays")
         request = dict(batch=batch, heads=heads, kv_heads=kv_heads, n_q=n_q, n_k=n_k, head_dim=d, dtype=dtype,
-                       causal=bool(options.get("causal", False)), varlen=varlen, align=align)
+                       causal=bool(options.get("causal", False)), varlen=varlen, align=align,
+                       num_sms=getattr(device, "multiprocessors", None))
         want_lse = bool(options.get("return_lse", False))
 
         def args(ptrs, scalars):
