@@ -57,8 +57,9 @@
 //            batch; the query block fastest, the order of the non-persistent grid) t = blockIdx.x,
 //            blockIdx.x + gridDim.x, ...; the ring's stage and phase carry from tile to tile, so the
 //            producer streams the next tile's first K/V blocks while the consumers finish this one's last
-//            products and store O. Each tile's Q by cp.async (PROLOGUE's path) after the previous tile's
-//            last product; the ping-pong barriers alternate between two pairs by tile.
+//            products and store O. Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as
+//            soon as this tile's last S = Q K^T has retired, under the last P V and the O stores; the
+//            ping-pong barriers alternate between two pairs by tile.
 #include "attention_hopper_common.cuh"
 #include "exp2_fma.cuh"
 
@@ -357,17 +358,35 @@ struct attention_fwd_hopper {
     return g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
   }
 
+  // PERSIST: the next tile's Q for this consumer (rows: row 0 of its (batch, head) of q; r0: this
+  // consumer's first row; lq: the sequence's rows), none past the block's last tile.
+  struct q_next_t { const T* rows; int r0, lq; bool any; };
+  static __device__ __forceinline__ void load_q(consumer_t& mine, const q_next_t& n, long long q_sr) {
+    hkjit_attn_hopper::load_tile_async<VEC, true>(mine.q, n.rows, q_sr, n.r0, n.lq, hk::warpgroup_thread());
+  }
+  // PERSIST, once this tile's last S = Q K^T has retired (or there is none): the next tile's Q into the
+  // same buffer, under this tile's last P V and O's stores. Every warp of the warpgroup first (a warp's
+  // wgmma wait covers its own part of a product, and its copies write rows other warps' parts read).
+  static __device__ __forceinline__ void prefetch_q(consumer_t& mine, const q_next_t* next, long long q_sr,
+                                                    int consumer) {
+    if constexpr (PERSIST) {
+      hk::named_barrier(1 + consumer, hk::WARPGROUP_THREADS);
+      if (next->any) load_q(mine, *next, q_sr);
+    }
+  }
+
   // ring_st, ring_phase: the ring position of the tile's first block, left at the next tile's; sched:
-  // the tile's ping-pong barriers (turn_wait).
+  // the tile's ping-pong barriers (turn_wait); next: PERSIST's next tile's Q (prefetch_q).
   static __device__ void consume(const args& g, const seq_t& s, const tile_t& given, int blocks, stage_t* ring,
                                  consumer_t& mine, hk::mbarrier* full, hk::mbarrier* empty, int consumer,
-                                 int& ring_st, int& ring_phase, int sched = SCHED_BARRIER) {
+                                 int& ring_st, int& ring_phase, int sched = SCHED_BARRIER,
+                                 const q_next_t* next = nullptr) {
     const tile_t tile = my_tile(given);
     const int b = tile.b, h = tile.h, tid = hk::warpgroup_thread();
     const int row0 = tile.x * BQ + consumer * 64;             // first query row of this warpgroup
     const bool warp_leader = tid % 32 == 0;
     if constexpr (PROLOGUE) {
-      asm volatile("cp.async.wait_all;" ::: "memory");        // Q's copies (issued in run()) have landed
+      asm volatile("cp.async.wait_all;" ::: "memory");        // Q's copies (issued earlier) have landed
     } else {
       const T* qb = g.q + b * g.q_sb + h * g.q_sh + (long long)s.q0 * g.q_sr;
       load_tile(mine.q, qb, g.q_sr, row0, s.lq, 0, tid);
@@ -378,6 +397,7 @@ struct attention_fwd_hopper {
     // turn `blocks` times and hands it over `blocks` times; consumer 0 takes the last hand-over
     // after its loop, so both barriers end balanced.
     if (PINGPONG && consumer == 1) hk::named_barrier_arrive(sched, 2 * hk::WARPGROUP_THREADS);
+    if (PERSIST && blocks == 0) prefetch_q(mine, next, g.q_sr, consumer);   // this tile reads no Q
 
     o_t o;
     hk::map(o, [](float) { return 0.f; });
@@ -398,6 +418,7 @@ struct attention_fwd_hopper {
       turn_pass(consumer, sched);
       hk::mma_wait<0>();
       hk::fence_operand(sc);
+      if (PERSIST && blocks == 1) prefetch_q(mine, next, g.q_sr, consumer);   // the last S is in
       softmax(sc, 0, s, row0, sl2, m, l, alpha);
       if constexpr (!OVERLAP) hk::pack_a(p, sc);
     }
@@ -424,6 +445,7 @@ struct attention_fwd_hopper {
       turn_pass(consumer, sched);
       hk::mma_wait<1>();                                      // S_j is in; P V still running
       hk::fence_operand(sc);
+      if (PERSIST && j == blocks - 1) prefetch_q(mine, next, g.q_sr, consumer);   // the last S is in
       softmax(sc, j, s, row0, sl2, m, l, alpha);
       if constexpr (LATE_RESCALE) {
         auto retire = [&] {                                   // P_(j-1) V_(j-1) done: release stage j - 1
@@ -536,20 +558,42 @@ struct attention_fwd_hopper {
   }
 
   // ---- entry ---------------------------------------------------------------------------------------
+  // The dynamic shared memory, 1024-byte aligned: the ring, the consumers' Q tiles, full[], empty[].
+  // (Rounding through an integer loses the shared state space: the Q tile's four stores a thread are
+  // generic ST.E. Offsetting smem_raw by a pad from its shared address instead makes them STS but
+  // costs the consumer loop 0-5 instructions an iteration, never fewer (both NVRTCs), so it stays.)
+  struct smem_t {
+    stage_t* ring;
+    consumer_t* cons;
+    hk::mbarrier* full;
+    hk::mbarrier* empty;
+  };
+  static __device__ __forceinline__ smem_t carve_smem() {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
+    stage_t* ring = reinterpret_cast<stage_t*>(base);
+    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
+    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(cons + CONSUMERS);
+    return {ring, cons, full, full + STAGES};
+  }
+  // Thread 0 sets up the stage barriers (the caller's block barrier publishes them).
+  static __device__ __forceinline__ void init_barriers(hk::mbarrier* full, hk::mbarrier* empty) {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) {
+        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes; else
+                                                               // one per producer thread (cp.async: .noinc)
+        hk::init(empty[i], CONSUMERS * 4);             // one arrival per consumer warp
+      }
+      hk::fence_barrier_init();
+    }
+  }
+
   static __device__ void run(const args& g) {
     if constexpr (PERSIST) {
       run_persistent(g);
       return;
     }
-    extern __shared__ unsigned char smem_raw[];
-    // (Rounding through an integer loses the shared state space: the Q tile's four stores a thread are
-    // generic ST.E. Offsetting smem_raw by a pad from its shared address instead makes them STS but
-    // costs the consumer loop 0-5 instructions an iteration, never fewer (both NVRTCs), so it stays.)
-    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
-    stage_t* ring = reinterpret_cast<stage_t*>(base);
-    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
-    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(cons + CONSUMERS);
-    hk::mbarrier* empty = full + STAGES;
+    const auto [ring, cons, full, empty] = carve_smem();
     const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, blockIdx.z);
     if ((int)blockIdx.x * BQ >= s.lq) return;                  // varlen: this sequence is shorter
     if constexpr (PROLOGUE) {
@@ -559,14 +603,7 @@ struct attention_fwd_hopper {
         hkjit_attn_hopper::load_tile_async<VEC, true>(cons[c].q, q_rows(g, s, grid_tile()), g.q_sr,
                                                       blockIdx.x * BQ + c * 64, s.lq, hk::warpgroup_thread());
     }
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);    // TMA: one arrival + the stage's bytes; else
-                                                               // one per producer thread (cp.async: .noinc)
-        hk::init(empty[i], CONSUMERS * 4);             // one arrival per consumer warp
-      }
-      hk::fence_barrier_init();
-    }
+    init_barriers(full, empty);
     __syncthreads();
     // The KV block count is worked out after the register split, in each role: NVRTC 13.0's ptxas
     // spilled it to local memory when it was live across setmaxnreg (13.5 does not).
@@ -594,19 +631,8 @@ struct attention_fwd_hopper {
   // a short sequence: none here, dense batches only) and count the same KV blocks, so the ring's stage
   // and phase agree on both sides from tile to tile.
   static __device__ void run_persistent(const args& g) {
-    extern __shared__ unsigned char smem_raw[];
-    unsigned long long base = (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull;
-    stage_t* ring = reinterpret_cast<stage_t*>(base);
-    consumer_t* cons = reinterpret_cast<consumer_t*>(ring + STAGES);
-    hk::mbarrier* full = reinterpret_cast<hk::mbarrier*>(cons + CONSUMERS);
-    hk::mbarrier* empty = full + STAGES;
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < STAGES; ++i) {
-        hk::init(full[i], TMA ? 1 : hk::WARPGROUP_THREADS);
-        hk::init(empty[i], CONSUMERS * 4);
-      }
-      hk::fence_barrier_init();
-    }
+    const auto [ring, cons, full, empty] = carve_smem();
+    init_barriers(full, empty);
     __syncthreads();
     const int q_blocks = (g.n_q + BQ - 1) / BQ, tiles = q_blocks * g.heads * g.batch;
     const int wg = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);
@@ -625,17 +651,25 @@ struct attention_fwd_hopper {
       return;
     }
     if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
+    // Q of tile t for this consumer (dense: the sequence is the batch's whole n_q rows).
+    auto q_of = [&](int t) -> q_next_t {
+      if (t >= tiles) return {g.q, 0, 0, false};
+      const tile_t tile = tile_of(t, q_blocks, g.heads);
+      const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
+      return {q_rows(g, s, tile), tile.x * BQ + wg * 64, s.lq, true};
+    };
+    {
+      const q_next_t first = q_of(blockIdx.x);
+      if (first.any) load_q(cons[wg], first, g.q_sr);    // consume waits for it; the later tiles' Q: prefetch_q
+    }
     int odd = 0;
 #pragma unroll 1
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const tile_t tile = tile_of(t, q_blocks, g.heads);
       const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
-      // Q of the tile (consume waits for it): the previous tile's products, which read this buffer,
-      // are retired (consume ends with a full wgmma wait).
-      hkjit_attn_hopper::load_tile_async<VEC, true>(cons[wg].q, q_rows(g, s, tile), g.q_sr, tile.x * BQ + wg * 64,
-                                                    s.lq, hk::warpgroup_thread());
+      const q_next_t next = q_of(t + gridDim.x);
       consume(g, s, tile, kv_blocks(s, tile.x * BQ), ring, cons[wg], full, empty, wg, st, phase,
-              SCHED_BARRIER + 2 * odd);
+              SCHED_BARRIER + 2 * odd, &next);
       odd ^= 1;
     }
   }

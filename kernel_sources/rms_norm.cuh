@@ -103,6 +103,34 @@ struct rms_norm {
   static_assert(VEC * sizeof(T) <= 16, "at most 16-byte accesses");
   static_assert(EXACT || WEIGHT_REGS, "WEIGHT_REGS = false: a choice of the EXACT path");
 
+  // ss (the rows' sums of squares) -> rsqrt(ss * inv_hidden + eps), each path's order of operations.
+  HK_INLINE static void inv_rms(hk::row_vec<tile>& ss, float inv_hidden, float eps) {
+    hk::mul(ss, ss, inv_hidden);
+    hk::add(ss, ss, eps);
+    hk::rsqrt(ss, ss);
+  }
+
+  // y = x * ss * weight over the COLS columns from c0, one chunk a thread at a time, so that only a slice
+  // of the weight and of the fp32 result is live next to x; the next slice's weight is loaded before
+  // this one is stored. FULL_COLS: the columns are known to lie inside the row (tested: rows only).
+  template <bool FULL_COLS, class GW, class GY>
+  HK_INLINE static void scale_store(const GY& gy, const GW& gw, const tile& x, const hk::row_vec<tile>& ss, int r0,
+                                    int c0) {
+    wslice w[2];
+    hk::load<FULL_COLS>(w[0], gw, 0, c0);
+#pragma unroll
+    for (int s = 0; s < CHUNKS; ++s) {
+      if (s + 1 < CHUNKS) hk::load<FULL_COLS>(w[(s + 1) % 2], gw, 0, c0 + (s + 1) * SLICE);
+      hk::col_vec<slice> wf;
+      fslice f;
+      hk::convert(wf, w[s % 2]);
+      hk::convert(f, hk::subtile_cols<SLICE>(x, s));
+      hk::mul_row(f, f, ss);
+      hk::mul_col(f, f, wf);
+      hk::store<FULL_COLS>(gy, f, r0, c0 + s * SLICE);
+    }
+  }
+
   // hidden == COLS: one load, one store, the weight from registers (see EXACT above). The same
   // operations in the same order as run_general, so the same bits. The first row block's x is
   // loaded before the weight, so that the two loads are in flight together (the weight's fp32
@@ -115,9 +143,7 @@ struct rms_norm {
     hk::square(sq, f);
     hk::row_vec<tile> ss;
     hk::row_sum(ss, sq);                            // run_general's 0 + part: the same (part >= +0)
-    hk::mul(ss, ss, inv_hidden);
-    hk::add(ss, ss, a.eps);
-    hk::rsqrt(ss, ss);
+    inv_rms(ss, inv_hidden, a.eps);
     hk::mul_row(f, f, ss);
     hk::mul_col(f, f, w);
     hk::store<true>(gy, f, r0, 0);
@@ -158,22 +184,8 @@ struct rms_norm {
       hk::square(sq, sq);
       hk::row_vec<tile> ss;
       hk::row_sum(ss, sq);                          // run_general's 0 + part: the same (part >= +0)
-      hk::mul(ss, ss, inv_hidden);
-      hk::add(ss, ss, a.eps);
-      hk::rsqrt(ss, ss);
-      wslice w[2];
-      hk::load<true>(w[0], gw, 0, 0);
-#pragma unroll
-      for (int s = 0; s < CHUNKS; ++s) {
-        if (s + 1 < CHUNKS) hk::load<true>(w[(s + 1) % 2], gw, 0, (s + 1) * SLICE);
-        hk::col_vec<slice> wf;
-        fslice f;
-        hk::convert(wf, w[s % 2]);
-        hk::convert(f, hk::subtile_cols<SLICE>(x, s));
-        hk::mul_row(f, f, ss);
-        hk::mul_col(f, f, wf);
-        hk::store<true>(gy, f, r0, s * SLICE);
-      }
+      inv_rms(ss, inv_hidden, a.eps);
+      scale_store<true>(gy, gw, x, ss, r0, 0);
     }
   }
 
@@ -205,26 +217,10 @@ struct rms_norm {
         hk::row_sum(part, sq);
         hk::add(ss, ss, part);
       }
-      hk::mul(ss, ss, inv_hidden);
-      hk::add(ss, ss, a.eps);
-      hk::rsqrt(ss, ss);
+      inv_rms(ss, inv_hidden, a.eps);
       for (int c0 = 0; c0 < a.hidden; c0 += COLS) {
         if (a.hidden > COLS) hk::load(x, gx, r0, c0);   // one block of columns: x is still here
-        // Out in one-chunk slices, so that only a slice of the weight and of the fp32 result is
-        // live next to x; the weight of the next slice is loaded before this one is stored.
-        wslice w[2];
-        hk::load(w[0], gw, 0, c0);
-#pragma unroll
-        for (int s = 0; s < CHUNKS; ++s) {
-          if (s + 1 < CHUNKS) hk::load(w[(s + 1) % 2], gw, 0, c0 + (s + 1) * SLICE);
-          hk::col_vec<slice> wf;
-          fslice f;
-          hk::convert(wf, w[s % 2]);
-          hk::convert(f, hk::subtile_cols<SLICE>(x, s));
-          hk::mul_row(f, f, ss);
-          hk::mul_col(f, f, wf);
-          hk::store(gy, f, r0, c0 + s * SLICE);
-        }
+        scale_store<false>(gy, gw, x, ss, r0, c0);
       }
     }
   }

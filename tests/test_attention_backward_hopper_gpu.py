@@ -108,6 +108,12 @@ def test_consumer_variants_give_the_defaults_bits(case, tiles):
     must equal the default's bit for bit (and the float32 reference within tolerance). A mismatch
     means a wait too early (a race on an accumulator, a stage or dS^T) or a wrong stmatrix address;
     if it is only a last-bit difference, check the SASS for a changed FMA contraction first."""
+    _against_the_default(case, tiles, ("dq", "dk", "dv"))
+
+
+def _against_the_default(case, tiles, same):
+    """The gradients of `tiles`: deterministic, within the float32 reference's tolerance, and the named
+    ones bit-equal to the default configuration's."""
     import torch
     b, h, hkv, nq, nk, d, causal = case
     q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
@@ -116,7 +122,8 @@ def test_consumer_variants_give_the_defaults_bits(case, tiles):
     assert all(torch.equal(g, a) for g, a in zip(got, again)), "two runs differ: not deterministic"
     check_grads(got, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
-        assert torch.equal(g, w), f"{name} differs from the default's: max {(g.float() - w.float()).abs().max()}"
+        if name in same:
+            assert torch.equal(g, w), f"{name} differs from the default's: max {(g.float() - w.float()).abs().max()}"
 
 
 @pytest.mark.parametrize("tiles", KEY_HALVES, ids=str)
@@ -127,15 +134,7 @@ def test_key_halves_change_only_the_order_of_dq(case, tiles):
     instead of one consumer over all 128: dK and dV are the default's operations (bit for bit), dQ is
     the same sum in another order (within the float32 reference's tolerance, and the same bits every
     run). A dQ error with dK and dV right points at the partials' hand-off (a race on the buffer)."""
-    import torch
-    b, h, hkv, nq, nk, d, causal = case
-    q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
-    want, _ = _run(q, k, v, do, causal)
-    got, again = _run(q, k, v, do, causal, **tiles)
-    assert all(torch.equal(g, a) for g, a in zip(got, again)), "two runs differ: not deterministic"
-    check_grads(got, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
-    for name, g, w in zip(("dk", "dv"), got[1:], want[1:]):
-        assert torch.equal(g, w), f"{name} differs from the default's: max {(g.float() - w.float()).abs().max()}"
+    _against_the_default(case, tiles, ("dk", "dv"))
 
 
 def test_tensor_map_producer_refuses_what_it_cannot_serve():
