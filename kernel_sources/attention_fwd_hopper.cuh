@@ -53,9 +53,10 @@
 //   EPILOGUE (0 or 1) O's stores from two row pointers worked out once (a store: its row's pointer plus
 //            a compile-time column offset), not each store's address from (row, column) behind its own
 //            branch: 802 -> 276 instructions a warp after the last product at D128 (SASS, static).
-//   PERSIST  (0 or 1) a persistent grid: grid.x blocks (one an SM) walk the tiles (query block, head,
-//            batch; the query block fastest, the order of the non-persistent grid) t = blockIdx.x,
-//            blockIdx.x + gridDim.x, ...; the ring's stage and phase carry from tile to tile, so the
+//   PERSIST  (0 or 1) a persistent grid: grid.x blocks (one an SM) walk units of tiles (query block,
+//            head, batch; the query block fastest, the order of the non-persistent grid; causal: a unit
+//            pairs query blocks p and last - p, see walk_t) u = blockIdx.x, blockIdx.x + gridDim.x, ...;
+//            the ring's stage and phase carry from tile to tile, so the
 //            producer streams the next tile's first K/V blocks while the consumers finish this one's last
 //            products and store O. Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as
 //            soon as this tile's last S = Q K^T has retired, under the last P V and the O stores; the
@@ -128,10 +129,6 @@ struct attention_fwd_hopper {
     const int b = blockIdx.z, h = blockIdx.y;         // (read in the order the kernel always read them)
     return {(int)blockIdx.x, h, b};
   }
-  static __device__ __forceinline__ tile_t tile_of(int t, int q_blocks, int heads) {
-    const int bh = t / q_blocks;
-    return {t - bh * q_blocks, bh % heads, bh / heads};
-  }
   // The tile a role works on: PERSIST's, else the grid's block, read where it is used (read at the
   // call, the block indices' registers would live across the register split).
   static __device__ __forceinline__ tile_t my_tile(const tile_t& given) {
@@ -151,6 +148,30 @@ struct attention_fwd_hopper {
     float scale_log2;          // softmax scale * log2(e)
   };
   static_assert(sizeof(args) == (TMA ? 512 : 200), "args layout is mirrored in Python");
+
+  // PERSIST: block blockIdx.x walks units u = blockIdx.x, + gridDim.x, ... of UNIT tiles each, in
+  // the order (unit of a (head, batch), head, batch): the blocks running at once share heads' K and
+  // V in L2, as the grid's blocks do. Causal pairs query block p with q_blocks - 1 - p of the same
+  // head (the heavier first): every unit then holds the same number of KV blocks, so the static walk
+  // is balanced (in the grid's order a block would take every gridDim.x-th query block, e.g. only the
+  // heaviest quarter of them). Odd q_blocks: the middle unit's second half is skipped.
+  static constexpr int UNIT = CAUSAL ? 2 : 1;
+  enum walk_step : int { WALK_END, WALK_SKIP, WALK_TILE };
+  struct walk_t {
+    int q_blocks, per_head, heads, units;
+    __device__ __forceinline__ walk_t(const args& g)
+        : q_blocks((g.n_q + BQ - 1) / BQ), per_head(CAUSAL ? (q_blocks + 1) / 2 : q_blocks), heads(g.heads),
+          units(per_head * g.heads * g.batch) {}
+    // Tile i (0, 1, ...) of this block's walk.
+    __device__ __forceinline__ walk_step at(int i, tile_t& tile) const {
+      const int u = blockIdx.x + (i / UNIT) * gridDim.x;
+      if (u >= units) return WALK_END;
+      const int bh = u / per_head, p = u - bh * per_head;
+      const bool second = UNIT == 2 && i % UNIT == 1;
+      tile = {CAUSAL ? (second ? p : q_blocks - 1 - p) : p, bh % heads, bh / heads};
+      return second && p == q_blocks - 1 - p ? WALK_SKIP : WALK_TILE;
+    }
+  };
 
   using seq_t = hkjit_attn_hopper::seq_t;
   // KV blocks the block's query rows [row0, row0 + BQ) need: causal stops after the last row's diagonal.
@@ -634,15 +655,18 @@ struct attention_fwd_hopper {
     const auto [ring, cons, full, empty] = carve_smem();
     init_barriers(full, empty);
     __syncthreads();
-    const int q_blocks = (g.n_q + BQ - 1) / BQ, tiles = q_blocks * g.heads * g.batch;
+    const walk_t walk(g);
     const int wg = __shfl_sync(0xffffffffu, hk::warpgroup_id(), 0);
     int st = 0, phase = 0;
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       if (TMA && hk::warpgroup_thread() != 0) return;          // TMA: one thread issues
 #pragma unroll 1
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const tile_t tile = tile_of(t, q_blocks, g.heads);
+      for (int i = 0;; ++i) {
+        tile_t tile;
+        const walk_step w = walk.at(i, tile);
+        if (w == WALK_END) break;
+        if (w == WALK_SKIP) continue;
         const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
         const int blocks = kv_blocks(s, tile.x * BQ);
         if constexpr (TMA) produce_tma(g, tile, blocks, ring, full, empty, st, phase);
@@ -651,23 +675,29 @@ struct attention_fwd_hopper {
       return;
     }
     if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
-    // Q of tile t for this consumer (dense: the sequence is the batch's whole n_q rows).
-    auto q_of = [&](int t) -> q_next_t {
-      if (t >= tiles) return {g.q, 0, 0, false};
-      const tile_t tile = tile_of(t, q_blocks, g.heads);
+    // Q of the first walk tile after i (a skipped half is followed by a whole unit) for this consumer
+    // (dense: the sequence is the batch's whole n_q rows).
+    auto q_after = [&](int i) -> q_next_t {
+      tile_t tile;
+      walk_step w = walk.at(i + 1, tile);
+      if (w == WALK_SKIP) w = walk.at(i + 2, tile);
+      if (w != WALK_TILE) return {g.q, 0, 0, false};
       const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
       return {q_rows(g, s, tile), tile.x * BQ + wg * 64, s.lq, true};
     };
     {
-      const q_next_t first = q_of(blockIdx.x);
+      const q_next_t first = q_after(-1);
       if (first.any) load_q(cons[wg], first, g.q_sr);    // consume waits for it; the later tiles' Q: prefetch_q
     }
     int odd = 0;
 #pragma unroll 1
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const tile_t tile = tile_of(t, q_blocks, g.heads);
+    for (int i = 0;; ++i) {
+      tile_t tile;
+      const walk_step w = walk.at(i, tile);
+      if (w == WALK_END) break;
+      if (w == WALK_SKIP) continue;
       const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
-      const q_next_t next = q_of(t + gridDim.x);
+      const q_next_t next = q_after(i);
       consume(g, s, tile, kv_blocks(s, tile.x * BQ), ring, cons[wg], full, empty, wg, st, phase,
               SCHED_BARRIER + 2 * odd, &next);
       odd ^= 1;

@@ -96,12 +96,12 @@ def test_varlen_lengths(d, causal, tiles):
 @pytest.mark.parametrize("tiles", [dict(), dict(producer="cpasync"), dict(lean=2), dict(consumers=1)], ids=str)
 @pytest.mark.parametrize("case", [(2, 8, 2, 2048, 2048, 128, False), (3, 5, 5, 1000, 1500, 64, True),
                                   (1, 4, 1, 5000, 300, 128, True), (4, 16, 4, 4096, 512, 64, True),
-                                  (16, 4, 4, 64, 64, 64, False)], ids=str)
+                                  (2, 3, 1, 1100, 900, 128, True), (16, 4, 4, 64, 64, 64, False)], ids=str)
 def test_persistent_gives_the_grid_s_bits(case, tiles):
     """persistent=1 runs each tile's arithmetic as the grid's block does, in the same order: O and LSE
     bit for bit (twice: the same bits each run), with more tiles than SMs (up to ~16 a block: the ring's
     phases and the ping-pong barriers carried across tiles) and fewer, rows that see no key (causal,
-    N_q > N_k), poisoned outputs. A hang or a mismatch on the later tiles of a block points at the
+    N_q > N_k), causal pairs of query blocks with an odd count (the middle one alone), poisoned outputs. A hang or a mismatch on the later tiles of a block points at the
     carried ring position or the alternating turn barriers."""
     import torch
     b, h, hkv, nq, nk, d, causal = case

@@ -472,6 +472,9 @@ def test_persistent_grid_and_refusals():
         F.configure(SM90, p, dict(persistent=2))
     plan = hkjit.ops.get("attention").plan("sm_90a", **{k: v for k, v in p.items() if k != "varlen"}, persistent=1)
     assert plan.grid == (128, 1, 1)
+    causal = F.configure(SM90, {**p, "causal": True}, dict(persistent=1))   # units: pairs of query blocks
+    assert F.launch_grid(causal, {**p, "causal": True}) == (64, 1, 1)        # 4 pairs x 8 heads x 2
+    assert F.launch_grid(causal, {**p, "causal": True, "n_q": 1100}) == (80, 1, 1)   # 9 blocks: 5 units
 
 
 def test_refused_variants_never_compile(monkeypatch):

@@ -198,11 +198,13 @@ def checks(cfg) -> tuple:
 
 def launch_grid(cfg, p) -> tuple:
     """(query blocks, heads, batch); persistent: one block an SM (p["num_sms"], the device's, else the
-    target's), at most one a tile (the kernel walks tiles blockIdx.x, + gridDim.x, ...)."""
+    target's), at most one a unit of work (the kernel walks units blockIdx.x, + gridDim.x, ...: a tile,
+    or with causal masking a pair of query blocks p and last - p of one head, the same KV blocks each)."""
     q_blocks = math.ceil(p["n_q"] / cfg["block_q"])
     if cfg["persistent"]:
         sms = p.get("num_sms") or _parse_target(cfg["target"]).compute_units
-        return (max(1, min(q_blocks * p["heads"] * p["batch"], sms)), 1, 1)
+        per_head = (q_blocks + 1) // 2 if cfg["causal"] else q_blocks
+        return (max(1, min(per_head * p["heads"] * p["batch"], sms)), 1, 1)
     return (q_blocks, p["heads"], p["batch"])
 
 
