@@ -218,7 +218,8 @@ template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool V
           bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(BQ == 64, "query block: 64 rows (dQ adds one 64-row block at a time)");
+  static_assert(BQ == 64 || (BQ == 128 && D == 64 && (CONSUMER & 8) && TMA),
+                "query block: 64 rows, or 128 at D64 with dQ by key halves (CONSUMER bit 8) and the TMA producer");
   static_assert(CONSUMERS == 2, "2 consumer warpgroups: dQ needs both halves of the 128-key block");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
   static_assert(DQ_WARP ? LOAD_WARPS >= 1 && LOAD_WARPS <= 3 : LOAD_WARPS == 4,
@@ -243,7 +244,11 @@ struct attention_bwd_dkdv_hopper {
   static constexpr int CONSUMER_REGS = split::CONSUMER;
   static constexpr int LOADERS = 32 * LOAD_WARPS;   // producer threads that issue the stage loads
   static constexpr int DQ_WG = D / 64;              // consumers that compute 64 dQ columns each
-  static constexpr int DQ_FLOATS = 64 * D;          // one query block's dQ
+  static constexpr int DQ_FLOATS = BQ * D;          // one query block's dQ
+  // dS^T buffers: two, so that a consumer's store of step t + 1 never meets the other's dQ reads of
+  // step t; one with KEYS at BQ 128 (each consumer reads only its own rows, its own dQ of step t
+  // retired before its next store), which is what lets 128 query rows fit shared memory.
+  static constexpr int DS_BUFS = BQ == 128 ? 1 : 2;
   using args = hk::conditional_t<TMA, hkjit_attn_hopper::bwd_tma_args, hkjit_attn_hopper::bwd_ws_args>;
   using seq_t = hkjit_attn_hopper::seq_t;
 
@@ -252,8 +257,9 @@ struct attention_bwd_dkdv_hopper {
   using ds_t = hk::st<T, BKV, BQ>;      // dS^T: keys x queries, the transposed A of dQ = dS K
   using s_t = hk::rt<float, 64, BQ>;    // S^T, dP^T (keys x queries)
   using o_t = hk::rt<float, 64, D>;     // dK, dV
-  using dq_t = hk::rt<float, 64, 64>;   // 64 columns of dQ
+  using dq_t = hk::rt<float, BQ, 64>;   // 64 columns of dQ (BQ 128: two 64-row blocks, S^T's 64 registers)
   using a_t = hk::rt_a<T, BQ>;          // P^T, dS^T as wgmma's A registers
+  static_assert(sizeof(dq_t) == sizeof(s_t), "dQ takes S^T's registers");
   struct stage_t { q_t q, d_o; };
   struct keys_block { keys_t k, v; };
   // dQ partial in fragment order: float4 (consumer c, registers 4j..4j+3, thread t) at (8c + j) 128 + t,
@@ -268,14 +274,14 @@ struct attention_bwd_dkdv_hopper {
   struct smem_t {
     stage_t ring[STAGES];
     keys_block kv;
-    ds_t ds[2];
+    ds_t ds[DS_BUFS];
     dq_buf dq[2];
     stats_t stats[STAGES];
     hk::mbarrier full[STAGES], empty[STAGES], dq_full[2], dq_empty[2];
     hk::mbarrier dq_sum;   // TMA: the last KV block's bulk load of the query block's sum
   };
   static constexpr int dynamic_smem = 1024 + STAGES * int(sizeof(stage_t)) + int(sizeof(keys_block)) +
-                                      2 * int(sizeof(ds_t)) + 2 * int(sizeof(dq_buf)) +
+                                      DS_BUFS * int(sizeof(ds_t)) + 2 * int(sizeof(dq_buf)) +
                                       STAGES * int(sizeof(stats_t)) + (2 * STAGES + 5) * 8;
 
   // The query blocks of one head that see a key of [k0, k0 + BKV): causal starts at the first
@@ -431,17 +437,18 @@ struct attention_bwd_dkdv_hopper {
     const auto& g = ga.a;
     // The sum's float4 (j, t) (t: a consumer thread's fragment index) holds rows r(t) and r(t) + 8,
     // columns 64 (j / 8) + 8 (j % 8) + 2 (t % 4) = 8 j + 2 (t % 4), + 1; lane l takes t = 32 w + l,
-    // w = 0 .. 3, i.e. rows 16 w + l / 4 (+ 8) of the query block.
+    // w = 0 .. 3, i.e. rows 16 w + l / 4 (+ 8) of the query block. BQ 128 (D64): float4 (8 m + j, t)
+    // holds rows 64 m + r(t) (+ 8), columns 8 j + 2 (t % 4).
     const int row = d.q0 + lane / 4;
     T* const out = (T*)g.dq + blockIdx.z * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + row) * g.dq_sr + (lane % 4) * 2;
     const float mul = g.scale;
     // Rows r and r + 8 of a float4 in turn (h8): one row pointer and one bound live at a time.
 #pragma unroll 1
-    for (int wh = 0; wh < 8; ++wh) {
-      const int w = wh / 2, h8 = wh % 2;
-      if (row + 16 * w + 8 * h8 >= s.lq) continue;
-      T* const o = out + (16 * w + 8 * h8) * g.dq_sr;
-      const float2* sum = reinterpret_cast<const float2*>(src.v + 32 * w + lane) + h8;
+    for (int wh = 0; wh < 8 * (BQ / 64); ++wh) {
+      const int m = BQ == 64 ? 0 : wh / 8, w = BQ == 64 ? wh / 2 : (wh / 2) % 4, h8 = wh % 2;
+      if (row + 64 * m + 16 * w + 8 * h8 >= s.lq) continue;
+      T* const o = out + (64 * m + 16 * w + 8 * h8) * g.dq_sr;
+      const float2* sum = reinterpret_cast<const float2*>(src.v + m * 8 * hk::WARPGROUP_THREADS + 32 * w + lane) + h8;
 #pragma unroll 1
       for (int j = 0; j < 8 * DQ_WG; ++j) {
         const float2 y = sum[2 * j * hk::WARPGROUP_THREADS];
@@ -670,7 +677,19 @@ struct attention_bwd_dkdv_hopper {
       const int o = hk::opaque(0);
       ds_t& a = *reinterpret_cast<ds_t*>(reinterpret_cast<char*>(&dst) + o);
       keys_t& kk = *reinterpret_cast<keys_t*>(reinterpret_cast<char*>(&kv.k) + o);
-      if constexpr (KEYS)
+      if constexpr (KEYS && BQ == 128) {
+        // Query rows [64 h, 64 h + 64) of dQ from column chunk h of dS^T: both halves, one commit group.
+        using half_t = hk::rt<float, 64, 64>;
+        hk::mma_fence();
+#pragma unroll
+        for (int k = 0; k < 64 / 16; ++k)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            hk::detail::mma_step<true, true>(*reinterpret_cast<half_t*>(dq.v[h]),
+                                             hk::subtile_rows<64>(hk::subtile_cols<64>(a, h), consumer),
+                                             hk::subtile_rows<64>(kk, consumer), k, k > 0 ? 1 : 0);
+        hk::mma_commit();
+      } else if constexpr (KEYS)
         hk::mma_AtB(dq, hk::subtile_rows<64>(a, consumer), hk::subtile_rows<64>(kk, consumer), false);
       else
         hk::mma_AtB(dq, a, hk::subtile_cols<64>(kk, consumer), false);
@@ -687,22 +706,28 @@ struct attention_bwd_dkdv_hopper {
   static __device__ __forceinline__ void put_dq(dq_buf& dqo, dq_t& dq, int consumer, int t, int tid) {
     if constexpr (KEYS) {
       hk::fence_operand(dq);
+      // float4 (block m, registers 4j..4j+3, thread t) at (8 m + j) 128 + t
       float4* out = dqo.v + tid;
       const int bar = 5 + (t & 1);
       if (consumer == 1) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j], dq.v[0][4 * j + 1], dq.v[0][4 * j + 2],
-                                                       dq.v[0][4 * j + 3]);
+        for (int m = 0; m < dq_t::blocks; ++m)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            out[(8 * m + j) * hk::WARPGROUP_THREADS] =
+                make_float4(dq.v[m][4 * j], dq.v[m][4 * j + 1], dq.v[m][4 * j + 2], dq.v[m][4 * j + 3]);
         hk::named_barrier_arrive(bar, CONSUMERS * hk::WARPGROUP_THREADS);
       } else {
         hk::named_barrier(bar, CONSUMERS * hk::WARPGROUP_THREADS);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float4 x = out[j * hk::WARPGROUP_THREADS];
-          out[j * hk::WARPGROUP_THREADS] = make_float4(dq.v[0][4 * j] + x.x, dq.v[0][4 * j + 1] + x.y,
-                                                       dq.v[0][4 * j + 2] + x.z, dq.v[0][4 * j + 3] + x.w);
-        }
+        for (int m = 0; m < dq_t::blocks; ++m)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            float4* o = out + (8 * m + j) * hk::WARPGROUP_THREADS;
+            const float4 x = *o;
+            *o = make_float4(dq.v[m][4 * j] + x.x, dq.v[m][4 * j + 1] + x.y, dq.v[m][4 * j + 2] + x.z,
+                             dq.v[m][4 * j + 3] + x.w);
+          }
         hk::fence_proxy_async();                      // read by the bulk copy (async proxy)
       }
       return;
@@ -771,7 +796,7 @@ struct attention_bwd_dkdv_hopper {
     // dQ in S^T's registers, dead once P^T and dS^T are packed: the same count as an accumulator of
     // its own, which ptxas answered with C7512 (every wgmma serialised; NVRTC 13.0 and 13.5) and
     // spills (13.5: 4 bytes; with EARLY_DV 68-76 bytes, both versions).
-    dq_t& dq = sc;
+    dq_t& dq = *reinterpret_cast<dq_t*>(&sc);
     issue_dq<true>(dq, dst, kv, consumer);
     hk::mma_wait<1>();                                // dV in (P^T's registers free); dQ running
     hk::fence_operand(dv);
@@ -833,7 +858,7 @@ struct attention_bwd_dkdv_hopper {
       hkjit_attn_hopper::mma_ABt_rows(sc, m.k, consumer * 64, x.q);
       hkjit_attn_hopper::mma_ABt_rows(dp, m.v, consumer * 64, x.d_o);
       if constexpr (WAITS) {
-        step_overlapped(g, sc, dp, dk, dv, x, z, dsb[t & 1], kv, dqb[t & 1], empty[st], dq_full[t & 1],
+        step_overlapped(g, sc, dp, dk, dv, x, z, dsb[DS_BUFS == 2 ? t & 1 : 0], kv, dqb[t & 1], empty[st], dq_full[t & 1],
                         dq_empty[t & 1], t, consumer, tid);
         if (++st == STAGES) { st = 0; phase ^= 1; }
         continue;
@@ -866,7 +891,7 @@ struct attention_bwd_dkdv_hopper {
       hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO
       hk::mma_AB(dk, ds, x.q, true);                  // dK += dS^T Q
       // dS^T to shared memory (rows = this warpgroup's keys) while those run.
-      ds_t& dst = dsb[t & 1];
+      ds_t& dst = dsb[DS_BUFS == 2 ? t & 1 : 0];
       store_ds(dst, ds, consumer);
       hk::fence_proxy_async();
       // dV and dK done before dQ starts: their A registers (P^T, dS^T) then die, which makes room
@@ -877,7 +902,7 @@ struct attention_bwd_dkdv_hopper {
       hk::fence_operand(p);
       hk::fence_operand(ds);
       sync_ds(consumer);
-      dq_t& dq = sc;                                  // S^T is dead: its registers take dQ
+      dq_t& dq = *reinterpret_cast<dq_t*>(&sc);      // S^T is dead: its registers take dQ
       issue_dq<false>(dq, dst, kv, consumer);
       hk::mma_wait<0>();
       if (tid % 32 == 0) hk::arrive(empty[st]);      // this warp's wgmma reads of the stage are done

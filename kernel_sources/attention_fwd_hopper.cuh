@@ -171,6 +171,17 @@ struct attention_fwd_hopper {
       tile = {CAUSAL ? (second ? p : q_blocks - 1 - p) : p, bh % heads, bh / heads};
       return second && p == q_blocks - 1 - p ? WALK_SKIP : WALK_TILE;
     }
+    // f(i, tile, its sequence) for each tile of the walk, in order.
+    template <class F> __device__ __forceinline__ void for_each(const args& g, F f) const {
+#pragma unroll 1
+      for (int i = 0;; ++i) {
+        tile_t tile;
+        const walk_step w = at(i, tile);
+        if (w == WALK_END) break;
+        if (w == WALK_SKIP) continue;
+        f(i, tile, hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b));
+      }
+    }
   };
 
   using seq_t = hkjit_attn_hopper::seq_t;
@@ -661,17 +672,11 @@ struct attention_fwd_hopper {
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       if (TMA && hk::warpgroup_thread() != 0) return;          // TMA: one thread issues
-#pragma unroll 1
-      for (int i = 0;; ++i) {
-        tile_t tile;
-        const walk_step w = walk.at(i, tile);
-        if (w == WALK_END) break;
-        if (w == WALK_SKIP) continue;
-        const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
+      walk.for_each(g, [&](int, const tile_t& tile, const seq_t& s) {
         const int blocks = kv_blocks(s, tile.x * BQ);
         if constexpr (TMA) produce_tma(g, tile, blocks, ring, full, empty, st, phase);
         else produce(g, s, tile, blocks, ring, full, empty, st, phase);
-      }
+      });
       return;
     }
     if constexpr (CONSUMERS >= 2) hk::setmaxnreg_inc<CONSUMER_REGS>();
@@ -690,17 +695,11 @@ struct attention_fwd_hopper {
       if (first.any) load_q(cons[wg], first, g.q_sr);    // consume waits for it; the later tiles' Q: prefetch_q
     }
     int odd = 0;
-#pragma unroll 1
-    for (int i = 0;; ++i) {
-      tile_t tile;
-      const walk_step w = walk.at(i, tile);
-      if (w == WALK_END) break;
-      if (w == WALK_SKIP) continue;
-      const seq_t s = hkjit_attn_hopper::sequence<VARLEN>(g.cu_seqlens_q, g.cu_seqlens_k, g.n_q, g.n_k, tile.b);
+    walk.for_each(g, [&](int i, const tile_t& tile, const seq_t& s) {
       const q_next_t next = q_after(i);
       consume(g, s, tile, kv_blocks(s, tile.x * BQ), ring, cons[wg], full, empty, wg, st, phase,
               SCHED_BARRIER + 2 * odd, &next);
       odd ^= 1;
-    }
+    });
   }
 };

@@ -33,7 +33,9 @@ BY_MAPS = dict(dkdv_producer="tma")
 CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 the TMA default
 # bit 8 (head_dim 64 only): dQ by key halves, the two consumers' partials summed in shared memory
 KEY_HALVES = [dict(dkdv_consumer=v) for v in (8, 9, 10, 11, 15)]
-TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)] + KEY_HALVES + [dict(dkdv_consumer=10, dkdv_stages=4)]
+# block_q=128 (head_dim 64, with bit 8): half the dQ links, one dS^T tile
+WIDE = [dict(block_q=128, dkdv_consumer=v) for v in (10, 11, 8)]
+TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)] + KEY_HALVES + [dict(dkdv_consumer=10, dkdv_stages=4)] + WIDE
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 
 
@@ -135,6 +137,17 @@ def test_key_halves_change_only_the_order_of_dq(case, tiles):
     the same sum in another order (within the float32 reference's tolerance, and the same bits every
     run). A dQ error with dK and dV right points at the partials' hand-off (a race on the buffer)."""
     _against_the_default(case, tiles, ("dk", "dv"))
+
+
+@pytest.mark.parametrize("tiles", WIDE, ids=str)
+@pytest.mark.parametrize("case", [(1, 4, 4, 1100, 650, 64, False), (1, 4, 1, 500, 900, 64, True),
+                                  (2, 8, 2, 333, 1025, 64, True), (1, 2, 2, 4097, 4097, 64, True),
+                                  (2, 4, 4, 100, 60, 64, True)], ids=str)
+def test_wide_query_blocks(case, tiles):
+    """block_q=128: each step sums 128 query rows into dK and dV (another order than 64 at a time) and
+    adds a 128-row dQ partial: deterministic, within the float32 reference's tolerance; ragged N, N_q > N_k
+    (rows that see no key inside a visited block), GQA, long sequences (many links a query block)."""
+    _against_the_default(case, tiles, ())
 
 
 def test_tensor_map_producer_refuses_what_it_cannot_serve():

@@ -55,7 +55,9 @@ CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 12
                     dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_consumer=3),
                     dict(head_dim=128, causal=True, dtype="float16", dkdv_consumer=7)] + \
                    [dict(head_dim=64, causal=c, dkdv_consumer=v) for c in (False, True) for v in (8, 9, 10, 11, 15)] + \
-                   [dict(head_dim=64, causal=True, dkdv_stages=4, dtype="float16", dkdv_consumer=10)]
+                   [dict(head_dim=64, causal=True, dkdv_stages=4, dtype="float16", dkdv_consumer=10)] + \
+                   [dict(head_dim=64, causal=c, block_q=128, dkdv_consumer=v) for c in (False, True) for v in (10, 11)] + \
+                   [dict(head_dim=64, block_q=128, dkdv_consumer=8, dtype="float16")]
 
 
 def _compile(kernel, params):
@@ -84,7 +86,7 @@ def test_configs_compile_clean(kernel, params):
     # per k16 step of block_q each), dQ = dS K (SS, A transposed: one per k16 step of the 128 keys; with
     # dkdv_consumer bit 8, of the consumer's own 64)
     d, blk = cfg["head_dim"], cfg["block"]
-    want = 2 * d // 16 + 2 * blk // 16 + (64 if cfg["consumer"] & 8 else 128) // 16
+    want = 2 * d // 16 + 2 * blk // 16 + (64 if cfg["consumer"] & 8 else 128) // 16 * (blk // 64)
     wgmma = [line for line in r.ptx.splitlines() if "wgmma.mma_async" in line]
     assert len(wgmma) == want
     assert sum("}, {%r" in line for line in wgmma) == 2 * blk // 16     # A from registers: {%r..}
@@ -272,6 +274,26 @@ def test_consumer_configuration_and_refusals():
         B.DQ.configure(SM90, p, dict(dkdv_consumer=1))
 
 
+def test_wide_query_block_configuration_and_refusals():
+    """block_q=128 (head_dim 64, dQ by key halves, the TMA producer): one dS^T tile, 128-row dQ partials,
+    accumulators and semaphores a 128-row block; refused elsewhere, naming what it needs."""
+    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=64)
+    c = B.DKDV.configure(SM90, p, dict(block_q=128, dkdv_consumer=10))
+    assert B.DKDV.kernel_type(c).startswith("attention_bwd_dkdv_hopper<hk::bf16, 64, 128, 2, 2,")
+    narrow = B.DKDV.configure(SM90, p, dict(dkdv_consumer=10))
+    # one 128 x 128 dS^T tile instead of two 128 x 64; dQ buffers and stages twice as tall
+    assert B.DKDV.smem_bytes(c) - B.DKDV.smem_bytes(narrow) == 2 * 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4 + 2 * 64 * 4 * 2
+    assert B.DKDV.smem_bytes(c) <= SM90.smem_per_block
+    assert B.DKDV.q_blocks(p, 128) == 8 and B.DKDV.workspace(c, p)[2] == 2 * 8 * 8 * 128 * 64 * 4
+    for extra, tiles, msg in (({}, dict(block_q=96), "block_q=96; valid choices: 64, or 128 at head_dim 64"),
+                              ({}, dict(block_q=128), "block_q=128 needs .*dkdv_consumer with bit 8"),
+                              ({"head_dim": 128}, dict(block_q=128, dkdv_consumer=10), "needs head_dim 64"),
+                              ({}, dict(block_q=128, dkdv_consumer=10, dkdv_stages=3), "shared memory"),
+                              ({"varlen": True}, dict(block_q=128, dkdv_consumer=10), "dkdv_producer")):
+        with pytest.raises(InvalidArgumentError, match=msg):
+            B.DKDV.configure(SM90, {**p, **extra}, tiles)
+
+
 def test_tma_configuration_and_refusals(monkeypatch):
     p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
     c = B.DKDV.configure(SM90, p, dict(dkdv_producer="tma"))
@@ -358,8 +380,10 @@ def test_default_table_and_limits():
     assert B.DQ.workspace(dq, p) == (0, 0, 0)
     with pytest.raises(InvalidArgumentError, match="exceeds the 232448 bytes"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=3))
-    with pytest.raises(InvalidArgumentError, match="valid choices: 64"):
-        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128))
+    with pytest.raises(InvalidArgumentError, match="valid choices: 64, or 128 at head_dim 64"):
+        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=256))
+    with pytest.raises(InvalidArgumentError, match="block_q=128 needs .*dkdv_consumer with bit 8"):
+        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128))   # (the wide block: its own test)
     with pytest.raises(InvalidArgumentError, match="valid choices: 2, 3, 4"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=1))
     with pytest.raises(InvalidArgumentError, match="block_kv is not tunable on sm_90a"):

@@ -8,8 +8,9 @@ objects; the op names stay the CDNA half's):
 | dq     | attention_bwd_prep_hopper   | 128 query rows: Delta, dQ of rows that see no key | 0 |
 | dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through fp32 scratch | D64 129 KiB, D128 226 KiB |
 
-Overrides (dkdv): `block_q` (64 only: dQ is added one 64-row block at a time) and `dkdv_stages` (2 to
-4; D128 fits 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
+Overrides (dkdv): `block_q` (64; or 128 at head_dim 64 with the TMA producer and dkdv_consumer bit 8: half
+as many dQ hand-offs, twice the tensor work a step; prepared, not a default until measured) and `dkdv_stages`
+(2 to 4; D128 and block_q 128 fit 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
 are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
 sum over query heads runs in one block, in order.
 
@@ -69,6 +70,7 @@ CONSUMERS = 2
 PRODUCER_REGS = {"cpasync": 56, "tma": 24}
 BLOCK_KV = 64 * CONSUMERS
 BLOCK_Q = 64
+WIDE_BLOCK_Q = 128     # head_dim 64, dQ by key halves (dkdv_consumer bit 8), the TMA producer: half the dQ links
 PREP_ROWS = 128
 _STAGES = (2, 3, 4)
 _DQ_WARP = (0, 1)
@@ -200,10 +202,9 @@ class Main(_Base):
         vec = _common(where, target, p)
         d = p["head_dim"]
         blk, stages = tiles.get("block_q", BLOCK_Q), tiles.get("dkdv_stages", 2)
-        if isinstance(blk, bool) or blk != BLOCK_Q:
-            _err(f"{where}: block_q={blk!r}; valid choices: {BLOCK_Q} (the one-pass kernel adds dQ one "
-                 f"{BLOCK_Q}-row query block at a time, and dK, dV, S^T, dP^T and dQ of a wider block would not "
-                 f"fit the {consumer_regs(CONSUMERS)} registers a consumer thread has)")
+        if isinstance(blk, bool) or blk not in (BLOCK_Q, WIDE_BLOCK_Q):
+            _err(f"{where}: block_q={blk!r}; valid choices: {BLOCK_Q}, or {WIDE_BLOCK_Q} at head_dim 64 (dK, dV, "
+                 f"S^T, dP^T and dQ of a wider block would not fit the registers a consumer thread has)")
         if isinstance(stages, bool) or stages not in _STAGES:
             _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
         producer = tiles.get("dkdv_producer", self._default_producer(p, tiles))
@@ -220,6 +221,10 @@ class Main(_Base):
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
         consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(p, producer)),
                            _CONSUMERS)
+        if blk == WIDE_BLOCK_Q and (d != 64 or producer != "tma" or not consumer & 8):
+            _err(f"{where}: block_q={blk} needs head_dim 64 (this is {d}), dkdv_producer='tma' (this is {producer!r}) "
+                 f"and dkdv_consumer with bit 8 (dQ by key halves, e.g. 10; this is {consumer}): each consumer's dQ "
+                 "partial of 128 rows takes the registers S^T held, and one dS^T buffer must do")
         if consumer & 8 and d != 64:
             _err(f"{where}: dkdv_consumer={consumer} at head_dim={d}; bit 8 (dQ by key halves) is for head_dim 64, "
                  "where dQ's 64 columns are one consumer's tile (at 128 the consumers already split its columns)")
@@ -277,9 +282,10 @@ class Main(_Base):
     def smem_bytes(self, cfg) -> int:
         """1 KiB alignment slack, the ring (Q and dO a stage), K and V (128 keys), two dS^T tiles (128 x
         block_q), two fp32 dQ buffers (64 x head_dim), a stage's LSE, Delta and first row, barriers (a
-        stage's two, each dQ buffer's two, the dQ sum's load)."""
+        stage's two, each dQ buffer's two, the dQ sum's load). block_q 128: one dS^T tile."""
         d, blk, stages = cfg["head_dim"], cfg["block"], cfg["stages"]
-        return (1024 + stages * 2 * blk * d * 2 + 2 * BLOCK_KV * d * 2 + 2 * BLOCK_KV * blk * 2 + 2 * 64 * d * 4
+        ds_bufs = 1 if blk == WIDE_BLOCK_Q else 2
+        return (1024 + stages * 2 * blk * d * 2 + 2 * BLOCK_KV * d * 2 + ds_bufs * BLOCK_KV * blk * 2 + 2 * blk * d * 4
                 + stages * (2 * blk * 4 + 8) + (2 * stages + 5) * 8)
 
     def kernel_type(self, cfg) -> str:
@@ -306,15 +312,15 @@ class Main(_Base):
         return (math.ceil(p["n_k"] / cfg["rows"]), p["kv_heads"], p["batch"])
 
     @staticmethod
-    def q_blocks(p) -> int:
-        return math.ceil(p["n_q"] / BLOCK_Q)
+    def q_blocks(p, block_q=BLOCK_Q) -> int:
+        return math.ceil(p["n_q"] / block_q)
 
     def workspace(self, cfg, p) -> tuple:
         """(workspace bytes, of them zeroed, scratch bytes): the semaphores (all zeroed) and the dQ
         accumulators."""
-        slots = p["batch"] * p["heads"] * self.q_blocks(p)
+        slots = p["batch"] * p["heads"] * self.q_blocks(p, cfg["block"])
         sems = (slots * 4 + 255) // 256 * 256
-        return sems, sems, slots * BLOCK_Q * cfg["head_dim"] * 4
+        return sems, sems, slots * cfg["block"] * cfg["head_dim"] * 4
 
     def fill(self, cfg, encode=encode_tensor_map, **arguments) -> ctypes.Structure:
         _check_pointers(cfg, arguments, ("q", "k", "v", "do"), ("dq", "dk", "dv"))
@@ -322,7 +328,7 @@ class Main(_Base):
             if not arguments.get(name):
                 _err(f"attention backward: the sm_90a dkdv kernel needs its {what}")
         fields = (pack_backward(**arguments), int(arguments["workspace"]), int(arguments["scratch"]),
-                  self.q_blocks(arguments), 0)
+                  self.q_blocks(arguments, cfg["block"]), 0)
         if cfg["producer"] != "tma":
             return WorkspaceArgs(*fields)
         g = WorkspaceTmaArgs(**{f[0]: x for f, x in zip(WorkspaceArgs._fields_, fields)})
