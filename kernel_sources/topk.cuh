@@ -52,6 +52,10 @@
 //                above it ranked directly; the digit search only when more than FCAND pass.
 //   PREFETCH_REGS (ROWS_PER_BLOCK > 1) the next row's loads into registers before this row's
 //                search; false: a hint that brings it into L2 (NVIDIA).
+//   SPREAD_RANK  (FILTER) each candidate ranked by up to 8 lanes of one warp, each comparing it with
+//                every G-th candidate, the counts summed by shuffles: the comparisons of c candidates
+//                spread over c * G threads instead of c (at c ~ 48, warps 0 and 1 alone while the rest
+//                of the block waits at the next row's barrier).
 //
 // args (the kernel's single parameter, by value), fields in this order:
 //   const T*   x                    row r at x + r * x_row_stride, n elements contiguous
@@ -92,7 +96,7 @@
 
 template <class T, int VEC, int THREADS, int ROW_THREADS, int CHUNKS, bool STREAM, int SPLIT, int RADIX = 0,
           int ROWS_PER_BLOCK = 1, int MIN_BLOCKS = 1, bool FILTER = false,
-          bool PREFETCH_REGS = false>
+          bool PREFETCH_REGS = false, bool SPREAD_RANK = false>
 struct topk {
   static constexpr int threads = THREADS;
   static constexpr int min_blocks = MIN_BLOCKS;
@@ -129,6 +133,7 @@ struct topk {
   static_assert(RADIX == 0 || (!STREAM && G == THREADS && RADIX >= 4 && RADIX <= 11),
                 "RADIX: 4 to 11 digit bits, for a row held by the whole block");
   static_assert((ROWS_PER_BLOCK == 1 && !FILTER) || RADIX > 0, "ROWS_PER_BLOCK, FILTER: radix rows only");
+  static_assert(!SPREAD_RANK || FILTER, "SPREAD_RANK: a choice of the filtered rows");
 
   // The survivors of one row group (k of them after the search; k <= n <= COLS in registers).
   static constexpr int SURV = STREAM || COLS > MAX_K ? MAX_K : COLS;
@@ -468,20 +473,43 @@ struct topk {
   // GUESS(k) (or the last) becomes the guess for the row two on.
   HK_INLINE static void rank_candidates(radix_smem& sm, const args& a, int buf, int c, int row) {
     const int g = (guess_rank(a.k) < c ? guess_rank(a.k) : c) - 1;
+    if constexpr (SPREAD_RANK) {
+      // G = 2^lg lanes a candidate (block-uniform), adjacent lanes of one warp: thread idx takes
+      // candidate idx / G and the candidates j = idx % G, + G, ...; every lane runs the shuffles.
+      const int lg = c * 8 <= THREADS ? 3 : c * 4 <= THREADS ? 2 : c * 2 <= THREADS ? 1 : 0;
+      const int lane = hk::lane_id();
+      for (int idx0 = 0; idx0 < c << lg; idx0 += THREADS) {
+        const int idx = idx0 + hk::thread_id(), i = idx >> lg, part = idx & ((1 << lg) - 1);
+        const bool live = i < c;
+        const unsigned long long me = sm.cand[buf][live ? i : 0];
+        hk::u32 rank = 0;
+        if (live)
+          for (int j = part; j < c; j += 1 << lg) rank += sm.cand[buf][j] > me;
+        for (int d = 1; d < 1 << lg; d <<= 1) rank += hk::detail::lane_shfl(rank, lane ^ d);
+        if (live && part == 0) put_ranked(sm, a, buf, me, (int)rank, g, row);
+      }
+      return;
+    }
     for (int i = hk::thread_id(); i < c; i += THREADS) {
       const unsigned long long me = sm.cand[buf][i];
       int rank = 0;
       for (int j = 0; j < c; ++j) rank += sm.cand[buf][j] > me;
-      if (rank == g) sm.guess[buf] = (hk::u32)(me >> 32);
-      if (rank < a.k) {
-        hk::raw<(int)sizeof(T)> val;
-        val.w[0] = key_t::decode((hk::u32)(me >> 32));
-        hk::detail::st_global<(int)sizeof(T)>(a.values + row * a.values_row_stride + rank, val);
-        hk::raw<8> ix;
-        ix.w[0] = ~(hk::u32)me;
-        ix.w[1] = 0;
-        hk::detail::st_global<8>(a.indices + row * a.indices_row_stride + rank, ix);
-      }
+      put_ranked(sm, a, buf, me, rank, g, row);
+    }
+  }
+  // A candidate of rank `rank`: its value and column to the output if among the k largest; the key
+  // of rank g becomes the guess for the row two on.
+  HK_INLINE static void put_ranked(radix_smem& sm, const args& a, int buf, unsigned long long me, int rank, int g,
+                                   int row) {
+    if (rank == g) sm.guess[buf] = (hk::u32)(me >> 32);
+    if (rank < a.k) {
+      hk::raw<(int)sizeof(T)> val;
+      val.w[0] = key_t::decode((hk::u32)(me >> 32));
+      hk::detail::st_global<(int)sizeof(T)>(a.values + row * a.values_row_stride + rank, val);
+      hk::raw<8> ix;
+      ix.w[0] = ~(hk::u32)me;
+      ix.w[1] = 0;
+      hk::detail::st_global<8>(a.indices + row * a.indices_row_stride + rank, ix);
     }
   }
 

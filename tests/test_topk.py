@@ -86,6 +86,10 @@ SIM_CASES = [
     ((9, 1200), 30, "float32", "normal", dict(rows_per_block=4)),   # rows in turn: thresholds guessed
     ((7, 1100), 1, "float16", "scaled", dict(rows_per_block=3)),    # guesses refused by the count
     ((2, 1300), 64, "bfloat16", "normal", dict(filter=0, radix=8)),  # the digit search alone
+    ((3, 1500), 128, "float32", "normal", dict(spread=1)),  # candidates ranked by lane groups (c * 2 <= 256)
+    ((9, 1200), 30, "float32", "normal", dict(spread=1, rows_per_block=4)),   # (c * 4 or 8 <= 256)
+    ((5, 1100), 5, "bfloat16", "ties", dict(spread=1)),     # ties: equal keys ordered by column
+    ((6, 1100), 8, "float16", "normal", dict(spread=1, rows_per_block=2)),   # c ~ 20: 8 lanes a candidate
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
     ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer
@@ -172,6 +176,7 @@ def test_bad_input_is_refused_before_compiling(monkeypatch):
                        (dict(rows_per_block=65, n=2000), "rows_per_block=65"),
                        (dict(min_blocks=9, threads=256, n=2000), "min_blocks=9"),
                        (dict(prefetch=1, rows_per_block=1, n=2000), "prefetch=1"), (dict(radix=11, chunks=1), "< n=1000"),
+                       (dict(spread=2, n=2000), "spread=2"), (dict(spread=1, filter=0, n=2000), "spread=1.*filter=1"),
                        (dict(chunks=1), "chunks = 512 < n=1000"),
                        (dict(n=60, threads=1024, row_threads=2), "static shared memory"), (dict(stream=1, row_threads=64), "whole block")):
         with pytest.raises(InvalidArgumentError, match=msg):
@@ -303,6 +308,7 @@ def test_bench_peers_compute_the_op(cache_dir):
                                    dict(radix=8, threads=512, chunks=2),            # digit search, 8-bit digits
                                    dict(rows_per_block=4, min_blocks=3),            # rows in turn, loads ahead
                                    dict(rows_per_block=8, filter=0),                # rows in turn, digits only
+                                   dict(spread=1), dict(spread=1, rows_per_block=8),   # lane groups rank
                                    dict(stream=1)])                                 # streamed (the old default)
 def test_gpu_schedule_overrides(tiles):
     import torch
@@ -320,7 +326,8 @@ def test_gpu_schedule_overrides(tiles):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
 @pytest.mark.parametrize("n,dtype", [(4096, "float32"), (8192, "float32"), (4096, "bfloat16"), (2048, "float16")])
-@pytest.mark.parametrize("tiles", [dict(rows_per_block=8), dict(rows_per_block=4, filter=0), dict(rows_per_block=3)])
+@pytest.mark.parametrize("tiles", [dict(rows_per_block=8), dict(rows_per_block=4, filter=0), dict(rows_per_block=3),
+                                   dict(rows_per_block=8, spread=1)])
 def test_gpu_radix_rows_in_turn(n, dtype, tiles):
     """Rows a block holds, several a block in turn (the next one prefetched), thresholds guessed
     from earlier rows (and refused by the count where the rows' scales differ; filter=0: the digit

@@ -18,15 +18,14 @@ from hkjit.bench.timing import median_ms
 
 L2_ROTATE_BYTES = 256 << 20
 
-TOPK = {   # (rows, n, k, dtype): tile overrides to try besides the default
-    (16384, 4096, 32, torch.float32): [dict(prefetch=1), dict(threads=512, chunks=2, prefetch=1),
+TOPK = {   # (rows, n, k, dtype): tile overrides to try besides the default (spread=1: candidates ranked by lane groups)
+    (16384, 4096, 32, torch.float32): [dict(spread=1), dict(threads=512, chunks=2, prefetch=1),
                                        dict(threads=512, chunks=2), dict(prefetch=1, rows_per_block=4)],
-    (16384, 4096, 32, torch.bfloat16): [dict(prefetch=1), dict(threads=128, chunks=4, min_blocks=8),
+    (16384, 4096, 32, torch.bfloat16): [dict(spread=1), dict(threads=128, chunks=4, min_blocks=8),
                                         dict(threads=128, chunks=4, min_blocks=8, prefetch=1)],
-    (16384, 8192, 32, torch.float32): [dict(prefetch=1), dict(threads=1024, chunks=2, prefetch=1)],
-    (16384, 8192, 32, torch.bfloat16): [dict(threads=256, chunks=4, min_blocks=4),
-                                        dict(threads=256, chunks=4, min_blocks=4, prefetch=1)],
-    (4096, 16384, 50, torch.float32): [dict(prefetch=1)],
+    (16384, 8192, 32, torch.float32): [dict(spread=1), dict(threads=1024, chunks=2, prefetch=1)],
+    (16384, 8192, 32, torch.bfloat16): [dict(spread=1), dict(threads=256, chunks=4, min_blocks=4, prefetch=1)],
+    (4096, 16384, 50, torch.float32): [dict(spread=1)],
 }
 
 

@@ -37,7 +37,7 @@ from ._rowwise import alignment, cdiv, pow2_at_least, rows_of
 SOURCE = "topk.cuh"
 DTYPES_IN = FLOAT_OUTPUTS           # bf16, fp16, fp32 values; indices are int64 (as torch.topk's)
 TILES = ("vec", "threads", "row_threads", "chunks", "stream", "split", "radix", "rows_per_block", "min_blocks",
-         "filter", "prefetch")
+         "filter", "prefetch", "spread")
 MAX_K = 128                         # the kernel's survivor buffer (topk.cuh MAX_K)
 MAX_KEYS = 32                       # keys a thread holds in registers (one 32-bit register each);
 MAX_KEYS_AMD = 16                   # (AMD: more overflow the scalar registers with their lane masks)
@@ -71,7 +71,8 @@ def configure(target, p, tiles) -> Config:
     """The schedule for `p` (validated params) on `target`, with validated overrides."""
     check_tiles(f"topk ({target.arch})", tiles, TILES)
     for name, v in tiles.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("stream", "radix", "filter", "prefetch") else 1):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("stream", "radix", "filter", "prefetch",
+                                                                             "spread") else 1):
             raise InvalidArgumentError(f"topk: {name}={v!r}; tile overrides are ints >= 1 (stream: 0 or 1; "
                                        "radix: 0 or 4 to 11)")
     n, itemsize, warp = p["n"], DTYPES[p["dtype"]].itemsize, target.wave_size
@@ -162,6 +163,10 @@ def configure(target, p, tiles) -> Config:
     if prefetch > 1 or (prefetch and rows_per_block == 1):
         raise InvalidArgumentError(f"topk: prefetch={prefetch}; 0 (the next row into L2), or 1 (its loads into "
                                    "registers) with rows_per_block > 1")
+    spread = tiles.get("spread", 0)
+    if spread > 1 or (spread and not filtered):
+        raise InvalidArgumentError(f"topk: spread={spread}; 0, or 1 (each candidate ranked by several lanes) with "
+                                   "filter=1 (rows a block holds, filtered)")
     if radix and vec * chunks > max_keys:
         raise InvalidArgumentError(f"topk: vec*chunks = {vec * chunks} keys per thread with radix; at most "
                                    f"{max_keys} on {target.arch}")
@@ -175,7 +180,7 @@ def configure(target, p, tiles) -> Config:
                                    f"column blocks of {cols} in a row")
     return Config(dtype=p["dtype"], vec=vec, threads=threads, row_threads=row_threads, chunks=chunks,
                   stream=stream, split=split, radix=radix, rows_per_block=rows_per_block,
-                  min_blocks=min_blocks, filter=bool(filtered), prefetch=bool(prefetch),
+                  min_blocks=min_blocks, filter=bool(filtered), prefetch=bool(prefetch), spread=bool(spread),
                   blocks=steps)
 
 
@@ -227,13 +232,16 @@ class TopkOp(Op):
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"topk: align={p['align']} is below the {p['dtype']} element size")
         cfg = configure(target, p, tiles)
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        tail = (f", {b(cfg['prefetch'])}, true" if cfg["spread"] else ", true" if cfg["prefetch"] else "")
         radix = (f", {cfg['radix']}, {cfg['rows_per_block']}, {cfg['min_blocks']}, "
-                 f"{'true' if cfg['filter'] else 'false'}{', true' if cfg['prefetch'] else ''}") if cfg["radix"] else ""
+                 f"{b(cfg['filter'])}{tail}") if cfg["radix"] else ""
         #                                                   (the types without radix are as they were)
         kernel_type = (f"topk<{DTYPES[cfg['dtype']].cpp}, {cfg['vec']}, {cfg['threads']}, {cfg['row_threads']}, "
                        f"{cfg['chunks']}, {'true' if cfg['stream'] else 'false'}, {cfg['split']}{radix}>")
         params = {k: cfg[k] for k in ("dtype", "vec", "threads", "row_threads", "chunks", "stream", "split", "radix",
-                                                  "rows_per_block", "min_blocks", "filter", "prefetch")}
+                                                  "rows_per_block", "min_blocks", "filter", "prefetch")
+                  + (("spread",) if cfg["spread"] else ())}
         spec = spec_mod.Specialization("topk", target, SOURCE, kernel_type, "hkjit_topk",
                                        spec_mod.make_params(params), (("threads", cfg["threads"]),
                                                                       ("dynamic_smem", 0)))
@@ -308,6 +316,6 @@ def topk(x, k, *, out_values=None, out_indices=None, device=None, compiler=None,
     below +0.0, as torch.topk on CUDA. out_values / out_indices: optional arrays to write.
     Tile overrides: vec, threads, row_threads, chunks, stream (0/1), split; for rows a block holds
     radix (digit bits, 4-11; 0: not this schedule), rows_per_block, min_blocks, filter (0/1),
-    prefetch (0/1).
+    prefetch (0/1), spread (0/1: with filter=1, each candidate ranked by a group of lanes).
     """
     return launch.call(TOPK, (x, out_values, out_indices), (), (("k", k),), device, compiler, tile_overrides)
