@@ -658,10 +658,9 @@ struct attention_fwd_hopper {
     }
   }
 
-  // PERSIST: the block walks tiles blockIdx.x, + gridDim.x, ... (hkjit/ops/_hopper_attention_fwd.py sizes
-  // the grid: one block an SM, at most the tiles). Producer and consumers skip the same tiles (rows past
-  // a short sequence: none here, dense batches only) and count the same KV blocks, so the ring's stage
-  // and phase agree on both sides from tile to tile.
+  // PERSIST: the block walks its tiles (walk_t; hkjit/ops/_hopper_attention_fwd.py sizes the grid: one
+  // block an SM, at most one a unit). Producer and consumers walk the same tiles and count the same KV
+  // blocks, so the ring's stage and phase agree on both sides from tile to tile.
   static __device__ void run_persistent(const args& g) {
     const auto [ring, cons, full, empty] = carve_smem();
     init_barriers(full, empty);
