@@ -858,7 +858,7 @@ struct attention_bwd_dkdv_hopper {
       hkjit_attn_hopper::mma_ABt_rows(sc, m.k, consumer * 64, x.q);
       hkjit_attn_hopper::mma_ABt_rows(dp, m.v, consumer * 64, x.d_o);
       if constexpr (WAITS) {
-        step_overlapped(g, sc, dp, dk, dv, x, z, dsb[DS_BUFS == 2 ? t & 1 : 0], kv, dqb[t & 1], empty[st], dq_full[t & 1],
+        step_overlapped(g, sc, dp, dk, dv, x, z, dsb[t & (DS_BUFS - 1)], kv, dqb[t & 1], empty[st], dq_full[t & 1],
                         dq_empty[t & 1], t, consumer, tid);
         if (++st == STAGES) { st = 0; phase ^= 1; }
         continue;
@@ -891,7 +891,7 @@ struct attention_bwd_dkdv_hopper {
       hk::mma_AB(dv, p, x.d_o, true);                 // dV += P^T dO
       hk::mma_AB(dk, ds, x.q, true);                  // dK += dS^T Q
       // dS^T to shared memory (rows = this warpgroup's keys) while those run.
-      ds_t& dst = dsb[DS_BUFS == 2 ? t & 1 : 0];
+      ds_t& dst = dsb[t & (DS_BUFS - 1)];
       store_ds(dst, ds, consumer);
       hk::fence_proxy_async();
       // dV and dK done before dQ starts: their A registers (P^T, dS^T) then die, which makes room

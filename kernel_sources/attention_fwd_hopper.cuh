@@ -56,9 +56,8 @@
 //   PERSIST  (0 or 1) a persistent grid: grid.x blocks (one an SM) walk units of tiles (query block,
 //            head, batch; the query block fastest, the order of the non-persistent grid; causal: a unit
 //            pairs query blocks p and last - p, see walk_t) u = blockIdx.x, blockIdx.x + gridDim.x, ...;
-//            the ring's stage and phase carry from tile to tile, so the
-//            producer streams the next tile's first K/V blocks while the consumers finish this one's last
-//            products and store O. Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as
+//            the ring's stage and phase carry from tile to tile, so the producer streams the next
+//            tile's first K/V blocks while the consumers finish this one's last products and store O. Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as
 //            soon as this tile's last S = Q K^T has retired, under the last P V and the O stores; the
 //            ping-pong barriers alternate between two pairs by tile.
 #include "attention_hopper_common.cuh"
@@ -122,8 +121,8 @@ struct attention_fwd_hopper {
   static constexpr int SCHED_BARRIER = 3;      // + consumer (+ 2 on PERSIST's odd tiles): "your turn to issue"
                                                // (ids 1, 2: the Q fences)
 
-  // A block's work: query block x (rows x * BQ ..), head h, batch b. The grid's block, or PERSIST's
-  // tile t (the query block fastest: the grid's order).
+  // A block's work: query block x (rows x * BQ ..), head h, batch b. The grid's block, or a tile of
+  // PERSIST's walk (walk_t).
   struct tile_t { int x, h, b; };
   static __device__ __forceinline__ tile_t grid_tile() {
     const int b = blockIdx.z, h = blockIdx.y;         // (read in the order the kernel always read them)
@@ -224,16 +223,17 @@ struct attention_fwd_hopper {
   // TMA: thread 0 of the producer warpgroup alone (the others have returned). Per KV block it
   // announces the stage's bytes on full[s] (its one arrival) and issues D / 64 copies for K, then as
   // many for V, one per 64-column swizzle chunk of the tile (tma_load_tile).
+  static __device__ __forceinline__ void prefetch_maps(const args& g) {
+    hk::tma::prefetch(g.k_map);
+    hk::tma::prefetch(g.v_map);
+  }
   // st, phase: the ring position of the tile's first block, left at the next tile's.
   static __device__ void produce_tma(const args& g, const tile_t& given, int blocks, stage_t* ring, hk::mbarrier* full,
                                      hk::mbarrier* empty, int& st, int& phase) {
     const tile_t tile = my_tile(given);
     const int b = tile.b, group = g.heads / g.kv_heads;
     const int hk_ = PERSIST ? tile.h / group : blockIdx.y / group;   // (the grid's: an unsigned division)
-    if (!PERSIST || (st == 0 && phase == 0)) {
-      hk::tma::prefetch(g.k_map);
-      hk::tma::prefetch(g.v_map);
-    }
+    if constexpr (!PERSIST) prefetch_maps(g);        // (PERSIST: once, before its walk)
     fill_stages(blocks, ring, full, empty, st, phase, [&](stage_t& x, int j, hk::mbarrier& f) {
       hk::arrive_expect_tx(f, sizeof(stage_t));
       hkjit_attn_hopper::tma_load_tile(x.k, g.k_map, j * BKV, hk_, b, f);   // K first: S needs it first
@@ -671,6 +671,7 @@ struct attention_fwd_hopper {
     if (wg == PRODUCER) {
       if constexpr (CONSUMERS >= 2) hk::setmaxnreg_dec<PRODUCER_REGS>();
       if (TMA && hk::warpgroup_thread() != 0) return;          // TMA: one thread issues
+      if constexpr (TMA) prefetch_maps(g);
       walk.for_each(g, [&](int, const tile_t& tile, const seq_t& s) {
         const int blocks = kv_blocks(s, tile.x * BQ);
         if constexpr (TMA) produce_tma(g, tile, blocks, ring, full, empty, st, phase);

@@ -48,9 +48,10 @@ round trip, not two); `epilogue` (0 or 1): O stored from two row pointers worked
 instructions a warp after the last product at D128): fixed costs a block pays once, which weigh most at
 short N. exp_fma=1, prologue=1 and epilogue=1 are the defaults (measured on H100 beside each other and
 cuDNN). `persistent` (0 or 1; prepared, compile-checked, not a default until measured): one block an SM
-(`num_sms`, the device's count, else the target's; at most the tiles) walks the (query block, head, batch)
-tiles in the grid's order, the ring's stage and phase carried from tile to tile so the producer streams the
-next tile's K/V while the consumers finish this one; dense batches and prologue=1 only (refused otherwise).
+(`num_sms`, the device's count, else the target's; at most one a unit of work) walks the (query block, head,
+batch) tiles in the grid's order (causal: units pairing query blocks p and last - p, equal work each), the
+ring's stage and phase carried from tile to tile so the producer streams the next tile's K/V while the
+consumers finish this one; dense batches and prologue=1 only (refused otherwise).
 Rejected before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
