@@ -57,9 +57,11 @@
 //            head, batch; the query block fastest, the order of the non-persistent grid; causal: a unit
 //            pairs query blocks p and last - p, see walk_t) u = blockIdx.x, blockIdx.x + gridDim.x, ...;
 //            the ring's stage and phase carry from tile to tile, so the producer streams the next
-//            tile's first K/V blocks while the consumers finish this one's last products and store O. Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as
-//            soon as this tile's last S = Q K^T has retired, under the last P V and the O stores; the
-//            ping-pong barriers alternate between two pairs by tile.
+//            tile's first K/V blocks while the consumers finish this one's last products and store O.
+//            Each consumer issues the next tile's Q (cp.async, PROLOGUE's path) as soon as this tile's
+//            last S = Q K^T has retired, under the last P V and the O stores; the ping-pong barriers
+//            alternate between two pairs from one tile with KV blocks to the next (a tile with none
+//            takes no turn).
 #include "attention_hopper_common.cuh"
 #include "exp2_fma.cuh"
 
@@ -270,9 +272,13 @@ struct attention_fwd_hopper {
   // Ping-pong: a consumer waits for its turn before issuing a block's products and hands the turn
   // to the other one right after, so their wgmmas alternate and each one's softmax overlaps the
   // other's products. Both consumers of a block run the same number of KV blocks.
-  // sched: SCHED_BARRIER, or (PERSIST) SCHED_BARRIER + 2 on odd tiles: consumer 1 hands over the next
-  // tile's first turn while consumer 0 may not yet have taken this tile's last hand-over, and the two
-  // arrivals on one barrier would complete it without consumer 0.
+  // sched: SCHED_BARRIER, or (PERSIST) SCHED_BARRIER + 2 on every other tile that has KV blocks: consumer
+  // 1 hands over the next tile's first turn while consumer 0 may not yet have taken this tile's last
+  // hand-over, and the two arrivals on one barrier would complete it without consumer 0. A tile with
+  // no KV block (causal rows that see no key) takes no turn at all under PERSIST: consumer 1 waits for
+  // nothing there, so a hand-over in it would let consumer 1 reach the barrier of two tiles back before
+  // consumer 0 has taken that tile's last hand-over. (Consumer 1's first wait in a tile with blocks
+  // needs consumer 0's turn of that tile, so it is never more than one such tile ahead.)
   static __device__ __forceinline__ void turn_wait(int consumer, int sched = SCHED_BARRIER) {
     if constexpr (PINGPONG) hk::named_barrier(sched + consumer, 2 * hk::WARPGROUP_THREADS);
   }
@@ -428,7 +434,8 @@ struct attention_fwd_hopper {
     // Consumer 0 issues first: consumer 1 hands it the first turn. Each consumer then waits for its
     // turn `blocks` times and hands it over `blocks` times; consumer 0 takes the last hand-over
     // after its loop, so both barriers end balanced.
-    if (PINGPONG && consumer == 1) hk::named_barrier_arrive(sched, 2 * hk::WARPGROUP_THREADS);
+    if (PINGPONG && consumer == 1 && (!PERSIST || blocks > 0))
+      hk::named_barrier_arrive(sched, 2 * hk::WARPGROUP_THREADS);
     if (PERSIST && blocks == 0) prefetch_q(mine, next, g.q_sr, consumer);   // this tile reads no Q
 
     o_t o;
@@ -540,7 +547,7 @@ struct attention_fwd_hopper {
       }
     }
     hk::mma_wait<0>();             // (nothing in flight; tells ptxas so before a divergent path)
-    if (PINGPONG && consumer == 0) turn_wait(0, sched);       // the other consumer's last hand-over
+    if (PINGPONG && consumer == 0 && (!PERSIST || blocks > 0)) turn_wait(0, sched);   // the other's last hand-over
 
     // O /= l; LSE (natural log) = (m + log2 l) / log2 e; rows with no key: O = 0, LSE = -inf.
     float inv[2], lse[2];
@@ -694,12 +701,12 @@ struct attention_fwd_hopper {
       const q_next_t first = q_after(-1);
       if (first.any) load_q(cons[wg], first, g.q_sr);    // consume waits for it; the later tiles' Q: prefetch_q
     }
-    int odd = 0;
+    int odd = 0;                                       // the turn barriers' pair: tiles with KV blocks alternate
     walk.for_each(g, [&](int i, const tile_t& tile, const seq_t& s) {
       const q_next_t next = q_after(i);
-      consume(g, s, tile, kv_blocks(s, tile.x * BQ), ring, cons[wg], full, empty, wg, st, phase,
-              SCHED_BARRIER + 2 * odd, &next);
-      odd ^= 1;
+      const int blocks = kv_blocks(s, tile.x * BQ);
+      consume(g, s, tile, blocks, ring, cons[wg], full, empty, wg, st, phase, SCHED_BARRIER + 2 * odd, &next);
+      odd ^= blocks > 0;
     });
   }
 };

@@ -94,24 +94,34 @@ def test_varlen_lengths(d, causal, tiles):
 
 
 @pytest.mark.parametrize("tiles", [dict(), dict(producer="cpasync"), dict(lean=2), dict(consumers=1)], ids=str)
-@pytest.mark.parametrize("case", [(2, 8, 2, 2048, 2048, 128, False), (3, 5, 5, 1000, 1500, 64, True),
-                                  (1, 4, 1, 5000, 300, 128, True), (4, 16, 4, 4096, 512, 64, True),
-                                  (2, 3, 1, 1100, 900, 128, True), (16, 4, 4, 64, 64, 64, False)], ids=str)
+@pytest.mark.parametrize("case", [(2, 8, 2, 2048, 2048, 128, False, None), (3, 5, 5, 1000, 1500, 64, True, None),
+                                  (1, 4, 1, 5000, 300, 128, True, None), (4, 16, 4, 4096, 512, 64, True, None),
+                                  (2, 3, 1, 1100, 900, 128, True, None), (16, 4, 4, 64, 64, 64, False, None),
+                                  # small grids (`blocks`): many tiles a block on small shapes
+                                  (8, 16, 4, 1100, 1100, 64, True, None),       # odd pairs, 640 units
+                                  (2, 3, 1, 1100, 900, 128, True, 3),           # the middle block, then more units
+                                  (4, 16, 4, 1000, 3000, 128, False, 7),        # a partial Q tile prefetched
+                                  (1, 4, 1, 5000, 300, 128, True, 2),           # runs of tiles with no KV block
+                                  (2, 4, 1, 1025, 333, 64, True, 1)], ids=str)  # one block walks everything
 def test_persistent_gives_the_grid_s_bits(case, tiles):
     """persistent=1 runs each tile's arithmetic as the grid's block does, in the same order: O and LSE
-    bit for bit (twice: the same bits each run), with more tiles than SMs (up to ~16 a block: the ring's
-    phases and the ping-pong barriers carried across tiles) and fewer, rows that see no key (causal,
-    N_q > N_k), causal pairs of query blocks with an odd count (the middle one alone), poisoned outputs. A hang or a mismatch on the later tiles of a block points at the
-    carried ring position or the alternating turn barriers."""
+    bit for bit (five times: the same bits each run), with more tiles than SMs (the ring's phases and the
+    ping-pong barriers carried across tiles; `blocks` shrinks the grid so that small shapes give a block
+    dozens of tiles) and fewer, rows that see no key (causal, N_q > N_k: tiles with no KV block between
+    tiles with some, which take no ping-pong turn), causal pairs of query blocks with an odd count (the
+    middle one alone, then the block's next unit), a ragged last Q tile loaded as the next tile's Q,
+    poisoned outputs. A hang or a mismatch on the later tiles of a block points at the carried ring
+    position or the alternating turn barriers."""
     import torch
-    b, h, hkv, nq, nk, d, causal = case
+    b, h, hkv, nq, nk, d, causal, blocks = case
     q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     want, want_lse = hkjit.attention(q, k, v, causal=causal, return_lse=True, **tiles)
-    for _ in range(2):
+    grid = dict(blocks=blocks) if blocks else {}
+    for _ in range(5):
         out = torch.full_like(q, float("nan"))
         lse = torch.full((b, h, nq), float("nan"), device="cuda")
-        hkjit.attention(q, k, v, causal=causal, out=out, lse=lse, persistent=1, **tiles)
+        hkjit.attention(q, k, v, causal=causal, out=out, lse=lse, persistent=1, **grid, **tiles)
         assert torch.equal(out, want) and torch.equal(lse, want_lse), f"{case} {tiles}"
 
 

@@ -51,7 +51,9 @@ cuDNN). `persistent` (0 or 1; prepared, compile-checked, not a default until mea
 (`num_sms`, the device's count, else the target's; at most one a unit of work) walks the (query block, head,
 batch) tiles in the grid's order (causal: units pairing query blocks p and last - p, equal work each), the
 ring's stage and phase carried from tile to tile so the producer streams the next tile's K/V while the
-consumers finish this one; dense batches and prologue=1 only (refused otherwise).
+consumers finish this one; dense batches and prologue=1 only (refused otherwise). `blocks` (with persistent=1,
+a positive int): the persistent grid's size instead of one block an SM (still at most one a unit of work):
+a smaller grid gives each block more tiles (what the GPU tests use to walk many tiles on small shapes).
 Rejected before anything compiles, naming the limit: shared memory beyond the 227 KiB a block may use.
 """
 
@@ -68,7 +70,7 @@ from ..targets import parse as _parse_target
 SOURCE = "attention_fwd_hopper.cuh"
 TEMPLATE = "attention_fwd_hopper"
 TILES = ("block_kv", "consumers", "stages", "pingpong", "overlap", "producer", "lean", "exp_fma", "prologue",
-         "epilogue", "persistent")
+         "epilogue", "persistent", "blocks")
 SMEM_LIMIT = _parse_target("sm_90a").smem_per_block
 # exp_fma=1, prologue=1, epilogue=1: together faster than without on 13 of 14 H100 timings (two runs, 6-8
 # shapes, +1-3%; the one loss N8192 D128 causal -1.4%), none of the three alone consistently
@@ -119,6 +121,8 @@ def configure(target, p: dict, tiles: dict) -> Config:
         _err(f"{where}: the Hopper attention kernel supports sm_90a only")
     d = p["head_dim"]
     chosen = dict(_DEFAULTS[d])
+    tiles = dict(tiles)
+    blocks = tiles.pop("blocks", None)     # the persistent grid's size (default: one block an SM); not in the type
     for name, v in tiles.items():
         if isinstance(v, bool) or not isinstance(v, (int, str)) or v not in _CHOICES[name]:
             _err(f"{where}: {name}={v!r}; valid choices: {', '.join(map(repr, _CHOICES[name]))}")
@@ -149,8 +153,13 @@ def configure(target, p: dict, tiles: dict) -> Config:
                  "tiles; pass persistent=0 for varlen batches")
         if not chosen["prologue"]:
             _err(f"{where}: persistent=1 loads each tile's Q by cp.async, prologue=1's path; pass prologue=1")
+    if blocks is not None:
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            _err(f"{where}: blocks={blocks!r}; a positive int (the persistent grid's size)")
+        if not chosen["persistent"]:
+            _err(f"{where}: blocks={blocks} sizes the persistent grid; pass persistent=1 with it")
     cfg = Config(target=target.arch, dtype=p["dtype"], head_dim=d, causal=bool(p["causal"]),
-                 varlen=bool(p["varlen"]), vec=min(align, 16) // 2, **chosen)
+                 varlen=bool(p["varlen"]), vec=min(align, 16) // 2, blocks=blocks or 0, **chosen)
     cfg["block_q"] = 64 * cfg["consumers"]
     smem = smem_bytes(cfg)
     if smem > SMEM_LIMIT:
@@ -198,12 +207,12 @@ def checks(cfg) -> tuple:
 
 
 def launch_grid(cfg, p) -> tuple:
-    """(query blocks, heads, batch); persistent: one block an SM (p["num_sms"], the device's, else the
-    target's), at most one a unit of work (the kernel walks units blockIdx.x, + gridDim.x, ...: a tile,
+    """(query blocks, heads, batch); persistent: `blocks` if given, else one block an SM (p["num_sms"], the
+    device's, else the target's), at most one a unit of work (the kernel walks units blockIdx.x, + gridDim.x, ...: a tile,
     or with causal masking a pair of query blocks p and last - p of one head, the same KV blocks each)."""
     q_blocks = math.ceil(p["n_q"] / cfg["block_q"])
     if cfg["persistent"]:
-        sms = p.get("num_sms") or _parse_target(cfg["target"]).compute_units
+        sms = cfg["blocks"] or p.get("num_sms") or _parse_target(cfg["target"]).compute_units
         per_head = (q_blocks + 1) // 2 if cfg["causal"] else q_blocks
         return (max(1, min(per_head * p["heads"] * p["batch"], sms)), 1, 1)
     return (q_blocks, p["heads"], p["batch"])
