@@ -14,8 +14,8 @@
 // in shared memory), dV += P^T dO and dK += dS^T Q (A = P^T, dS^T straight from the accumulator
 // registers, wgmma's RS form), dQ = dS K (A = dS^T written once to shared memory, read transposed).
 //
-// Deterministic dQ: per (batch, head, 64-row query block) a semaphore in the workspace (zero at
-// launch, kept by the launcher) and a 64 x D fp32 accumulator in the scratch (per call, no contents
+// Deterministic dQ: per (batch, head, query block of BQ rows) a semaphore in the workspace (zero at
+// launch, kept by the launcher) and a BQ x D fp32 accumulator in the scratch (per call, no contents
 // needed). KV block i of a head adds its partial only when the semaphore equals i
 // (the KV blocks that see a query block are 0 .. last, contiguous, also under causal masking): the
 // first stores, the next ones add with one bulk reduction (cp.reduce.async.bulk), the last reads the
@@ -70,8 +70,8 @@ static_assert(sizeof(bwd_args) == 368, "bwd_args layout is mirrored in Python");
 
 // The one-pass kernel's arguments (hkjit/ops/_hopper_attention_bwd.py: WorkspaceArgs): the common
 // block, the workspace (one int semaphore per query block, zero at launch and left zero), the
-// scratch (one 64 x D fp32 dQ accumulator per query block, its contents neither needed nor kept)
-// and the 64-row query blocks per (batch, head) both were sized for (varlen: of the longest sequence).
+// scratch (one BQ x D fp32 dQ accumulator per query block, its contents neither needed nor kept)
+// and the query blocks of BQ rows per (batch, head) both were sized for (varlen: of the longest sequence).
 struct bwd_ws_args {
   bwd_args a;
   int* semaphores;
@@ -218,8 +218,9 @@ template <class T, int D, int BQ, int CONSUMERS, int STAGES, bool CAUSAL, bool V
           bool DQ_WARP = false, int LOAD_WARPS = 4, bool TMA = false, int CONSUMER = 0>
 struct attention_bwd_dkdv_hopper {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(BQ == 64 || (BQ == 128 && D == 64 && (CONSUMER & 8) && TMA),
-                "query block: 64 rows, or 128 at D64 with dQ by key halves (CONSUMER bit 8) and the TMA producer");
+  static_assert(BQ == 64 || (BQ == 128 && D == 64 && (CONSUMER == 8 || CONSUMER == 10 || CONSUMER == 11) && TMA),
+                "query block: 64 rows, or 128 at D64 with dQ by key halves (CONSUMER 8, 10 or 11) and the TMA "
+                "producer");
   static_assert(CONSUMERS == 2, "2 consumer warpgroups: dQ needs both halves of the 128-key block");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
   static_assert(DQ_WARP ? LOAD_WARPS >= 1 && LOAD_WARPS <= 3 : LOAD_WARPS == 4,
@@ -330,6 +331,7 @@ struct attention_bwd_dkdv_hopper {
   // Add the consumers' dQ partial of step u (query block m of head h) into its accumulator, in
   // order; the last KV block of the query block writes dQ instead.
   static __device__ void write_dq(const args& ga, const seq_t& s, int u, int qb0, int per_head, smem_t& sm, int tid) {
+    static_assert(BQ == 64, "the cp.async producer's dQ conversion walks 64 rows (BQ 128 is TMA-only)");
     dq_buf* dqb = sm.dq;
     hk::mbarrier* dq_full = sm.dq_full;
     hk::mbarrier* dq_empty = sm.dq_empty;
@@ -483,6 +485,8 @@ struct attention_bwd_dkdv_hopper {
     if constexpr (TMA) {
       convert_sum_lean(ga, d, s, src, empty, sm.dq_sum, lane);
       return;
+    } else {
+      static_assert(BQ == 64, "the cp.async producer's dQ conversion walks 64 rows (BQ 128 is TMA-only)");
     }
     if (i > 0) hkjit_attn_hopper::wait_until(d.sem, i);
     T* out = (T*)g.dq + b * g.dq_sb + d.h * g.dq_sh + (long long)(s.q0 + d.q0) * g.dq_sr;
@@ -517,6 +521,7 @@ struct attention_bwd_dkdv_hopper {
     const T* db = (const T*)g.d_o + b * g.do_sb + h * g.do_sh + (long long)s.q0 * g.do_sr;
     load_async(x.q, qb, g.q_sr, q0, s.lq, me);
     load_async(x.d_o, db, g.do_sr, q0, s.lq, me);
+    static_assert(BQ == 64, "a 128-thread split: LSE (64 rows) on threads 0-63, Delta on 64-127 (BQ 128 is TMA-only)");
     // LSE (threads 0-63) and Delta (64-127) of the block's rows; rows past the sequence read 0,
     // which with their zero Q and dO rows gives P^T dO = 0 and dS = 0.
     const int r = me % BQ, row = q0 + r;
@@ -667,7 +672,16 @@ struct attention_bwd_dkdv_hopper {
       hk::named_barrier(1, CONSUMERS * hk::WARPGROUP_THREADS);
   }
 
-  // dQ = dS K into dq (S^T's registers): KEYS, over this warpgroup's keys [64c, 64c + 64) (every
+  // dQ's accumulator. BQ 64: S^T's registers, dead once P^T and dS^T are packed (the same 64 x 64 layout;
+  // an accumulator of its own, the same count, made ptxas serialise every wgmma, C7512, and spill: 13.5 4
+  // bytes, with EARLY_DV 68-76 bytes, NVRTC 13.0 and 13.5). BQ 128: its own (128 x 64 over the 64 x 128
+  // S^T made ptxas serialise every wgmma, C7511 "insufficient register resources", NVRTC 13.0 and 13.5).
+  static __device__ __forceinline__ dq_t& dq_accumulator(s_t& sc, dq_t& own) {
+    if constexpr (BQ == 64) return *reinterpret_cast<dq_t*>(&sc);
+    else return own;
+  }
+
+  // dQ = dS K into dq (S^T's registers at BQ 64): KEYS, over this warpgroup's keys [64c, 64c + 64) (every
   // consumer); else columns [64c, 64c + 64) over all 128 keys (consumers below DQ_WG; the others
   // commit an empty group where EMPTY_GROUP, so the waits that follow count alike). Operands behind
   // opaque offsets.
@@ -793,10 +807,8 @@ struct attention_bwd_dkdv_hopper {
     store_ds(dst, ds, consumer);
     hk::fence_proxy_async();
     sync_ds(consumer);
-    // dQ in S^T's registers, dead once P^T and dS^T are packed: the same count as an accumulator of
-    // its own, which ptxas answered with C7512 (every wgmma serialised; NVRTC 13.0 and 13.5) and
-    // spills (13.5: 4 bytes; with EARLY_DV 68-76 bytes, both versions).
-    dq_t& dq = *reinterpret_cast<dq_t*>(&sc);
+    [[maybe_unused]] dq_t own;                       // (BQ 128: dQ's own accumulator; dq_accumulator)
+    dq_t& dq = dq_accumulator(sc, own);
     issue_dq<true>(dq, dst, kv, consumer);
     hk::mma_wait<1>();                                // dV in (P^T's registers free); dQ running
     hk::fence_operand(dv);
@@ -902,7 +914,8 @@ struct attention_bwd_dkdv_hopper {
       hk::fence_operand(p);
       hk::fence_operand(ds);
       sync_ds(consumer);
-      dq_t& dq = *reinterpret_cast<dq_t*>(&sc);      // S^T is dead: its registers take dQ
+      [[maybe_unused]] dq_t own;
+      dq_t& dq = dq_accumulator(sc, own);             // BQ 64: S^T is dead, its registers take dQ
       issue_dq<false>(dq, dst, kv, consumer);
       hk::mma_wait<0>();
       if (tid % 32 == 0) hk::arrive(empty[st]);      // this warp's wgmma reads of the stage are done

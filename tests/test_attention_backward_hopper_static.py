@@ -77,7 +77,9 @@ def _compile(kernel, params):
 def test_configs_compile_clean(kernel, params):
     cfg, r = _compile(kernel, params)
     assert r.meta["spills"] == 0 and r.meta["stack_bytes"] == 0, (r.meta, r.log)
-    assert "C7508" not in r.log and "C7512" not in r.log, r.log     # setmaxnreg kept, wgmma not serialized
+    # setmaxnreg kept; ptxas did not serialise the wgmma pipeline (C7510-C7519: C7511 for want of registers,
+    # C7512 an accumulator read while a product writes it)
+    assert "C7508" not in r.log and not re.search(r"C751\d", r.log), r.log
     if kernel is B.DQ:
         assert "wgmma" not in r.ptx
         return
@@ -286,7 +288,9 @@ def test_wide_query_block_configuration_and_refusals():
     assert B.DKDV.smem_bytes(c) <= SM90.smem_per_block
     assert B.DKDV.q_blocks(p, 128) == 8 and B.DKDV.workspace(c, p)[2] == 2 * 8 * 8 * 128 * 64 * 4
     for extra, tiles, msg in (({}, dict(block_q=96), "block_q=96; valid choices: 64, or 128 at head_dim 64"),
-                              ({}, dict(block_q=128), "block_q=128 needs .*dkdv_consumer with bit 8"),
+                              ({}, dict(block_q=128), "block_q=128 needs .*dkdv_consumer 8, 10 or 11"),
+                              ({}, dict(block_q=128, dkdv_consumer=9), "dkdv_consumer 8, 10 or 11 .*this is 9"),
+                              ({}, dict(block_q=128, dkdv_consumer=15), "dkdv_consumer 8, 10 or 11 .*this is 15"),
                               ({"head_dim": 128}, dict(block_q=128, dkdv_consumer=10), "needs head_dim 64"),
                               ({}, dict(block_q=128, dkdv_consumer=10, dkdv_stages=3), "shared memory"),
                               ({"varlen": True}, dict(block_q=128, dkdv_consumer=10), "dkdv_producer")):
@@ -382,7 +386,7 @@ def test_default_table_and_limits():
         B.DKDV.configure(SM90, p, dict(dkdv_stages=3))
     with pytest.raises(InvalidArgumentError, match="valid choices: 64, or 128 at head_dim 64"):
         B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=256))
-    with pytest.raises(InvalidArgumentError, match="block_q=128 needs .*dkdv_consumer with bit 8"):
+    with pytest.raises(InvalidArgumentError, match="block_q=128 needs .*dkdv_consumer 8, 10 or 11"):
         B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128))   # (the wide block: its own test)
     with pytest.raises(InvalidArgumentError, match="valid choices: 2, 3, 4"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=1))

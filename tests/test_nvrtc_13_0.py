@@ -28,6 +28,10 @@ BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) f
            [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
             for v in (1, 2, 7)] + \
            [dict(head_dim=128, causal=True, dkdv_consumer=v) for v in (3, 5)]
+# ... and the D64 ones built without a GPU (dQ by key halves, 128 query rows a step), checked for wgmma
+# serialisation too (C7510-C7519: ptxas's own register allocation decides it, which differs by version)
+WIDE = [dict(head_dim=64, causal=c, dkdv_consumer=v) for c in (False, True) for v in (10, 11)] + \
+       [dict(head_dim=64, causal=c, block_q=128, dkdv_consumer=v) for c in (False, True) for v in (8, 10, 11)]
 # The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
 # its own P V; exp_fma: a share of the exponentials as polynomials on the FMA pipe), on the forward alone
 FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False, True) for n in (1, 2)] + \
@@ -53,6 +57,14 @@ for params in json.loads(sys.argv[2]):
     record(f"attention_bwd_dkdv {params}", hkjit.inspect("attention_bwd_dkdv", "sm_90a", **params))
 for params in json.loads(sys.argv[3]):
     record(f"attention {params}", hkjit.inspect("attention", "sm_90a", **params))
+sys.path.insert(0, sys.argv[5])                  # tests/: the static test's direct compile keeps ptxas's log
+import re
+from test_attention_backward_hopper_static import B, _compile
+out["serialised"] = {}
+for params in json.loads(sys.argv[4]):
+    cfg, r = _compile(B.DKDV, params)
+    record(f"attention_bwd_dkdv {params}", {"spills": r.meta["spills"], "stack_bytes": r.meta["stack_bytes"]})
+    out["serialised"][str(params)] = sorted(set(re.findall(r"C751\d", r.log)))
 print(json.dumps(out))
 """
 
@@ -62,9 +74,12 @@ def test_every_default_and_the_attention_variants_compile_clean_with_nvrtc_13_0(
            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(LIB), os.environ.get("LD_LIBRARY_PATH")])),
            "HKJIT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(ATTENTION), json.dumps(BACKWARD),
-                           json.dumps(FORWARD)], capture_output=True, text=True, env=env, timeout=1200)
+                           json.dumps(FORWARD), json.dumps(WIDE), str(ROOT / "tests")], capture_output=True,
+                          text=True, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["version"] == "13.0", got["version"]      # the preloaded library, not the environment's
     spilled = {name: v for name, v in got["kernels"].items() if v != [0, 0]}
     assert not spilled, f"spills / stack bytes with NVRTC 13.0: {spilled}"
+    serialised = {name: codes for name, codes in got["serialised"].items() if codes}
+    assert len(got["serialised"]) == len(WIDE) and not serialised, f"wgmma serialised by NVRTC 13.0: {serialised}"

@@ -8,7 +8,7 @@ objects; the op names stay the CDNA half's):
 | dq     | attention_bwd_prep_hopper   | 128 query rows: Delta, dQ of rows that see no key | 0 |
 | dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through fp32 scratch | D64 129 KiB, D128 226 KiB |
 
-Overrides (dkdv): `block_q` (64; or 128 at head_dim 64 with the TMA producer and dkdv_consumer bit 8: half
+Overrides (dkdv): `block_q` (64; or 128 at head_dim 64 with the TMA producer and dkdv_consumer 8, 10 or 11: half
 as many dQ hand-offs, twice the tensor work a step; prepared, not a default until measured) and `dkdv_stages`
 (2 to 4; D128 and block_q 128 fit 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
 are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
@@ -34,7 +34,7 @@ caller's strides (rows past n_q read as zeros), warp 0's 32 lanes copy LSE and D
 Needs dense batches and 16-byte aligned q, k, v and grad_out (pointers and strides): passed explicitly
 otherwise, refused naming dkdv_producer='cpasync'.
 
-`dkdv_consumer` (0, 1, 2, 3, 5 or 7; "tma" producer only, whose consumers have 240 registers; default 2,
+`dkdv_consumer` (0, 1, 2, 3, 5 or 7, and at head_dim 64 the same plus 8; "tma" producer only, whose consumers have 240 registers; default 2,
 0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and timed on H100
 (docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute
 P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
@@ -42,13 +42,14 @@ barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs. 8 (head_dim 64 only): each consumer computes dQ over
 its own 64 keys and consumer 0 adds the two partials in shared memory, instead of consumer 0 computing all of
-dQ while consumer 1 waits at the barrier before it.
+dQ while consumer 1 waits at the barrier before it. With block_q 128 only 8, 10 and 11 (dQ in an accumulator of its
+own there; with it 9 spilled 32 bytes under causal masking, and 13 and 15 96 bytes with every wgmma serialised, NVRTC 13.5).
 
 Device memory (dkdv; varlen: sized by the longest sequence):
-- workspace, kept per stream by the launcher: one int semaphore per (batch, head, 64-row query
-  block), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
+- workspace, kept per stream by the launcher: one int semaphore per (batch, head, query block of
+  block_q rows), padded to 256 bytes, zero before the first launch and left zero by every launch (1 MiB at
   B16 H64 N16384);
-- scratch, per call: one 64 x head_dim fp32 dQ accumulator per query block, written before it is
+- scratch, per call: one block_q x head_dim fp32 dQ accumulator per query block, written before it is
   read (8 GiB at B16 H64 N16384 D128), so nothing of it is held between calls (hkjit/op.py Plan).
 """
 
@@ -71,6 +72,7 @@ PRODUCER_REGS = {"cpasync": 56, "tma": 24}
 BLOCK_KV = 64 * CONSUMERS
 BLOCK_Q = 64
 WIDE_BLOCK_Q = 128     # head_dim 64, dQ by key halves (dkdv_consumer bit 8), the TMA producer: half the dQ links
+WIDE_CONSUMERS = (8, 10, 11)   # the consumer variants that compile clean at WIDE_BLOCK_Q (no spills, no C751x)
 PREP_ROWS = 128
 _STAGES = (2, 3, 4)
 _DQ_WARP = (0, 1)
@@ -221,10 +223,11 @@ class Main(_Base):
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
         consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(p, producer)),
                            _CONSUMERS)
-        if blk == WIDE_BLOCK_Q and (d != 64 or producer != "tma" or not consumer & 8):
+        if blk == WIDE_BLOCK_Q and (d != 64 or producer != "tma" or consumer not in WIDE_CONSUMERS):
             _err(f"{where}: block_q={blk} needs head_dim 64 (this is {d}), dkdv_producer='tma' (this is {producer!r}) "
-                 f"and dkdv_consumer with bit 8 (dQ by key halves, e.g. 10; this is {consumer}): each consumer's dQ "
-                 "partial of 128 rows takes the registers S^T held, and one dS^T buffer must do")
+                 f"and dkdv_consumer 8, 10 or 11 (dQ by key halves; this is {consumer}): each consumer's dQ partial "
+                 "of 128 rows needs its own 64 registers, which the other consumer variants do not leave, and "
+                 "one dS^T buffer must do")
         if consumer & 8 and d != 64:
             _err(f"{where}: dkdv_consumer={consumer} at head_dim={d}; bit 8 (dQ by key halves) is for head_dim 64, "
                  "where dQ's 64 columns are one consumer's tile (at 128 the consumers already split its columns)")
@@ -238,8 +241,9 @@ class Main(_Base):
         cfg["rows"] = BLOCK_KV
         smem = self.smem_bytes(cfg)
         if smem > SMEM_LIMIT:
-            _err(f"{where}: shared memory: {stages} stages x 2 tiles x block_q={blk} x head_dim={d} plus K, V, two "
-                 f"dS^T and two fp32 dQ buffers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; "
+            ds_tiles = "one dS^T tile" if blk == WIDE_BLOCK_Q else "two dS^T tiles"
+            _err(f"{where}: shared memory: {stages} stages x 2 tiles x block_q={blk} x head_dim={d} plus K, V, "
+                 f"{ds_tiles} and two fp32 dQ buffers = {smem} bytes exceeds the {SMEM_LIMIT} bytes a block may use; "
                  "lower dkdv_stages")
         return cfg
 
