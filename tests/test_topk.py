@@ -46,6 +46,8 @@ def same_values(got, ref):
 def inputs(shape, dtype, kind="normal"):
     if kind == "ties":              # a few integers: ties everywhere, at the boundary too
         return rng.integers(-2, 3, shape).astype(NP[dtype])
+    if kind == "spread_ties":       # integers in [-150, 150): a few dozen candidates, ties among them
+        return rng.integers(-150, 150, shape).astype(NP[dtype])
     if kind == "two":               # two values: the boundary bin overflows the candidate buffer
         return rng.choice(np.array([-1.5, 3.0]), shape).astype(NP[dtype])
     if kind == "scaled":            # rows of scales 1e-3 .. 1e3: a threshold from another row fails
@@ -86,10 +88,14 @@ SIM_CASES = [
     ((9, 1200), 30, "float32", "normal", dict(rows_per_block=4)),   # rows in turn: thresholds guessed
     ((7, 1100), 1, "float16", "scaled", dict(rows_per_block=3)),    # guesses refused by the count
     ((2, 1300), 64, "bfloat16", "normal", dict(filter=0, radix=8)),  # the digit search alone
-    ((3, 1500), 128, "float32", "normal", dict(spread=1)),  # candidates ranked by lane groups (c * 2 <= 256)
-    ((9, 1200), 30, "float32", "normal", dict(spread=1, rows_per_block=4)),   # (c * 4 or 8 <= 256)
-    ((5, 1100), 5, "bfloat16", "ties", dict(spread=1)),     # ties: equal keys ordered by column
-    ((6, 1100), 8, "float16", "normal", dict(spread=1, rows_per_block=2)),   # c ~ 20: 8 lanes a candidate
+    # spread=1: the candidates ranked by lane groups of G = 1, 2, 4 or 8 (c candidates, c * G <= threads).
+    # On CDNA these rows take 128-thread blocks; which G a row reaches follows from its candidate count:
+    ((3, 1500), 128, "float32", "normal", dict(spread=1)),  # c > 512: the digit search (spread unused)
+    ((9, 1200), 30, "float32", "normal", dict(spread=1, rows_per_block=4)),   # c ~ 34-52: G = 2
+    ((5, 1100), 5, "bfloat16", "ties", dict(spread=1)),     # c ~ 200: G = 1, ties ordered by column
+    ((6, 1100), 8, "float16", "normal", dict(spread=1, rows_per_block=2)),   # c ~ 20: G = 4 and 8
+    ((5, 1100), 5, "bfloat16", "spread_ties", dict(spread=1)),    # c ~ 6-14, tied keys: G = 8
+    ((5, 1100), 12, "float32", "spread_ties", dict(spread=1)),    # c ~ 12-35, tied keys: G = 2, 4, 8
     ((1, 1500), 50, "bfloat16", "normal", STREAM),          # streamed: histogram, then candidates
     ((1, 1200), 70, "float32", "normal", STREAM),           # (fp32: the candidates narrowed by a histogram too)
     ((1, 1500), 40, "float32", "ties", STREAM),             # streamed, ties in the candidate buffer

@@ -178,7 +178,7 @@ class RmsNormOp(Op):
     def plan_for(self, target, p, tiles) -> Plan:
         tiles = dict(tiles)
         weight_regs = tiles.pop("weight_regs", 1)
-        if isinstance(weight_regs, bool) or weight_regs not in (0, 1):
+        if not isinstance(weight_regs, int) or isinstance(weight_regs, bool) or weight_regs not in (0, 1):
             raise InvalidArgumentError(f"rms_norm: weight_regs={weight_regs!r}; 0 or 1")
         if p["hidden"] > MAX_HIDDEN:
             raise InvalidArgumentError(f"rms_norm: hidden={p['hidden']}; at most {MAX_HIDDEN}")
