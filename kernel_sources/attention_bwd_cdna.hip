@@ -179,22 +179,31 @@ struct attention_bwd_dq_cdna {
           hk::load(rk, sV[s], 0, h * DH);
           hk::mma_ABt(dpt, rk, rdo[h], dpt);
         }
-        int lim[QS];
+        // Masked only where a key lies past the sequence or past the diagonal of the wave's first
+        // query (uniform per wave, as in the forward): elsewhere every score of the block is seen.
+        if (kv0 + BKV > Lk || (CAUSAL && kv0 + BKV - 1 > qw + shift)) {
+          int lim[QS];
 #pragma unroll
-        for (int j = 0; j < QS; ++j) {
-          const int last = CAUSAL ? hk::min(Lk - 1, qw + j * 16 + S1::acc_col(l) + shift) : Lk - 1;
-          lim[j] = last - kv0 - S1::acc_row(0, l);
+          for (int j = 0; j < QS; ++j) {
+            const int last = CAUSAL ? hk::min(Lk - 1, qw + j * 16 + S1::acc_col(l) + shift) : Lk - 1;
+            lim[j] = last - kv0 - S1::acc_row(0, l);
+          }
+          static_assert(S1::ACC == 4, "acc_row(v, l) = acc_row(0, l) + v");
+#pragma unroll
+          for (int i = 0; i < RS::TR; ++i)
+#pragma unroll
+            for (int j = 0; j < RS::TC; ++j)
+#pragma unroll
+              for (int v = 0; v < S1::ACC; ++v)
+                st.t[i][j][v] = hkjit_attn::mask_by_sign(st.t[i][j][v], lim[j] - (i * 16 + v));
         }
-        static_assert(S1::ACC == 4, "acc_row(v, l) = acc_row(0, l) + v");
 #pragma unroll
         for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
           for (int j = 0; j < RS::TC; ++j)
 #pragma unroll
-            for (int v = 0; v < S1::ACC; ++v) {
-              const float x = hkjit_attn::mask_by_sign(st.t[i][j][v], lim[j] - (i * 16 + v));
-              st.t[i][j][v] = hk::fast_exp2(x - lse2[j]) * (dpt.t[i][j][v] - delta[j]);   // dS^T
-            }
+            for (int v = 0; v < S1::ACC; ++v)
+              st.t[i][j][v] = hk::fast_exp2(st.t[i][j][v] - lse2[j]) * (dpt.t[i][j][v] - delta[j]);   // dS^T
         RDS ds;
         hkjit_attn::acc_to_operand(ds, st);
         RKT rkt;

@@ -44,12 +44,24 @@ HK_INLINE float mask_by_sign(float score, int keep) {
   return __builtin_fminf(score, __builtin_bit_cast(float, bound));
 }
 
+// a - m for the 4 registers of an accumulator subtile (one row or column's 4 scores of a lane), as
+// two packed adds of -m (v_pk_add_f32, exact: x - m is x + (-m)). Written element by element, LLVM
+// keeps a subtraction whose result feeds an exponential scalar: one v_sub_f32 a score.
+HK_INLINE hk::vec<float, 4> minus(const hk::vec<float, 4>& a, float m) {
+  using f2 = hk::vec<float, 2>;
+  const f2 nm = {-m, -m};
+  const f2 lo = f2{a[0], a[1]} + nm, hi = f2{a[2], a[3]} + nm;
+  return {lo[0], lo[1], hi[0], hi[1]};
+}
+
 // The fp32 accumulators of 16x16 MFMAs over a (K x N) product, as the B operand (K x N, col_l) of
 // a 16x16xMK MFMA, in "accumulator order": register v of accumulator subtile r holds K-row
 // 16 r + 4 (l / 16) + v, so operand element e of K-subtile k is accumulator subtile (MK/16) k + e/4,
 // register e % 4. For MK = 16 this is the MFMA's own K order; for MK = 32 (gfx950) the K rows of
 // a lane are {4g .. 4g+3, 16+4g .. 16+4g+3} (g = l / 16) instead of 8g .. 8g+7, a permutation of
-// K that the A operand must share: read it with load_acc_order.
+// K that the A operand must share: read it with load_acc_order. Converted without the NaN test
+// (hk::from_float_unchecked): every NaN a probability or score gradient here can hold comes from a
+// 16-bit input or is the default NaN.
 template <typename T, int R, int C, typename S, typename SA>
 HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<float, R, C, hk::acc_l, SA>& acc) {
   static_assert(S::MI == 16 && SA::MI == 16 && SA::ACC == 4, "16x16 outputs and operands");
@@ -58,7 +70,8 @@ HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<f
 #pragma unroll
     for (int k = 0; k < dst.TK; ++k)
 #pragma unroll
-      for (int e = 0; e < S::E; ++e) dst.t[j][k][e] = hk::from_float<T>(acc.t[(S::MK / 16) * k + e / 4][j][e % 4]);
+      for (int e = 0; e < S::E; ++e)
+        dst.t[j][k][e] = hk::from_float_unchecked<T>(acc.t[(S::MK / 16) * k + e / 4][j][e % 4]);
 }
 
 // An fp32 accumulator tile parked in LDS for another wave that holds a tile of the same shape

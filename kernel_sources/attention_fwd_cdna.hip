@@ -179,11 +179,11 @@ struct attention_fwd_cdna {
 #pragma unroll
         for (int i = 0; i < RS::TR; ++i)
 #pragma unroll
-          for (int j = 0; j < RS::TC; ++j)
+          for (int j = 0; j < RS::TC; ++j) {
+            st.t[i][j] = hkjit_attn::minus(st.t[i][j], mu[j]);
 #pragma unroll
-            for (int v = 0; v < S1::ACC; ++v) {
-              st.t[i][j][v] = hk::fast_exp2(st.t[i][j][v] - mu[j]);
-            }
+            for (int v = 0; v < S1::ACC; ++v) st.t[i][j][v] = hk::fast_exp2(st.t[i][j][v]);
+          }
         hkjit_attn::acc_to_operand(pt, st);   // accumulator registers = B-operand registers
         hk::col_sum(ps, st);
         typename RO::cvec a;

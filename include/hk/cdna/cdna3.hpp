@@ -6,6 +6,7 @@ namespace hk::arch {
 inline constexpr int lds_bytes = 64 * 1024;
 inline constexpr int lds_dma_bytes = 4;        // buffer_load_dword ... lds
 inline constexpr bool has_tr_read = false;     // no ds_read_b64_tr_b16
+inline constexpr bool has_bf16_cvt = false;    // no float -> bf16 instruction (v_cvt_pk_bf16_f32 is gfx950's)
 inline constexpr int lds_banks = 32;
 inline constexpr int default_mfma_m = 16, default_mfma_k = 16;
 template <int MI, int MK> inline constexpr bool has_mfma = (MI == 16 && MK == 16) || (MI == 32 && MK == 8);

@@ -6,6 +6,7 @@ namespace hk::arch {
 inline constexpr int lds_bytes = 160 * 1024;
 inline constexpr int lds_dma_bytes = 16;       // buffer_load_dwordx4 ... lds
 inline constexpr bool has_tr_read = true;      // ds_read_b64_tr_b16
+inline constexpr bool has_bf16_cvt = true;     // v_cvt_pk_bf16_f32 (round to nearest even)
 inline constexpr int lds_banks = 64;
 inline constexpr int default_mfma_m = 16, default_mfma_k = 32;
 template <int MI, int MK>
