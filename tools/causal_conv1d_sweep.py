@@ -26,7 +26,10 @@ CONV = {   # (batch, dim, len, layout): tile overrides to try besides the defaul
     (8, 4096, 2048, "bld"): [dict(direct=1), dict(direct=1, seg_len=64), dict(direct=1, seg_len=128),
                              dict(direct=1, seg_len=256), dict(direct=1, seg_len=128, threads=128, min_blocks=8),
                              dict(direct=1, seg_len=128, stages=1), dict(direct=1, seg_len=64, min_blocks=4),
-                             dict(direct=1, seg_len=128, chunks=4)],
+                             dict(direct=1, seg_len=128, chunks=4),
+                             # docs/notes/causal_conv1d.md's aliasing hypothesis: segments that do not start on
+                             # a power of two of time strides (against seg_len=256 above; no kernel change)
+                             dict(direct=1, seg_len=264), dict(direct=1, seg_len=272), dict(direct=1, seg_len=248)],
     (4, 8192, 4096, "bld"): [dict(direct=1), dict(direct=1, seg_len=128), dict(direct=1, seg_len=256),
                              dict(direct=1, seg_len=128, threads=128, min_blocks=8)],
 }
