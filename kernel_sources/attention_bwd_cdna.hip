@@ -133,7 +133,7 @@ struct attention_bwd_dq_cdna {
           g.delta[at] = delta[s];
         }
       }
-      lse2[s] = x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;   // a row with no key is all masked
+      lse2[s] = hkjit_attn::lse_log2<T>(x);
     }
 #pragma unroll
     for (int h = 0; h < KH; ++h) {
@@ -329,7 +329,7 @@ struct attention_bwd_dkdv_cdna {
             for (int v = 0; v < S1::ACC; ++v) {
               const int qi = q0 + row(i, v);
               const float x2 = row_stat(row(i, v));
-              const float lse2 = x2 == hk::neg_inf() ? 0.0f : x2 * 1.4426950408889634f;
+              const float lse2 = hkjit_attn::lse_log2<T>(x2);
               const int last = qi >= Lq ? -1 : (CAUSAL ? hk::min(Lk - 1, qi + shift) : Lk - 1);
               const int lim = last - kw - S1::acc_col(l);
 #pragma unroll

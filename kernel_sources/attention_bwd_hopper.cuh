@@ -258,7 +258,7 @@ struct attention_bwd_dkdv_hopper {
   using ds_t = hk::st<T, BKV, BQ>;      // dS^T: keys x queries, the transposed A of dQ = dS K
   using s_t = hk::rt<float, 64, BQ>;    // S^T, dP^T (keys x queries)
   using o_t = hk::rt<float, 64, D>;     // dK, dV
-  using dq_t = hk::rt<float, BQ, 64>;   // 64 columns of dQ (BQ 128: two 64-row blocks, S^T's 64 registers)
+  using dq_t = hk::rt<float, BQ, 64>;   // 64 columns of dQ (BQ 128: two 64-row blocks; dq_accumulator)
   using a_t = hk::rt_a<T, BQ>;          // P^T, dS^T as wgmma's A registers
   static_assert(sizeof(dq_t) == sizeof(s_t), "dQ takes S^T's registers");
   struct stage_t { q_t q, d_o; };

@@ -44,6 +44,17 @@ HK_INLINE float mask_by_sign(float score, int keep) {
   return __builtin_fminf(score, __builtin_bit_cast(float, bound));
 }
 
+// A row's LSE (natural log, as the caller's array holds it) in the base-2 units of exp2(S - lse2): -inf
+// (a row that sees no key, all of whose scores are masked) as 0. Where P and dS become bf16 operands by
+// from_float_unchecked's rounding add (gfx942), any NaN as the default NaN, whose low 16 bits are 0: the
+// caller's NaN may have other bits (0x7FFFFFFF, a 0xFF fill), which the add would carry into a zero,
+// hiding the NaN it poisons. (Elsewhere the conversion is an instruction that keeps NaN NaN.)
+template <typename T> HK_INLINE float lse_log2(float x) {
+  if constexpr (__is_same(T, hk::bf16) && !hk::arch::has_bf16_cvt)
+    if (x != x) return __builtin_nanf("");
+  return x == hk::neg_inf() ? 0.0f : x * 1.4426950408889634f;
+}
+
 // a - m for the 4 registers of an accumulator subtile (one row or column's 4 scores of a lane), as
 // two packed adds of -m (v_pk_add_f32, exact: x - m is x + (-m)). Written element by element, LLVM
 // keeps a subtraction whose result feeds an exponential scalar: one v_sub_f32 a score.
@@ -60,8 +71,8 @@ HK_INLINE hk::vec<float, 4> minus(const hk::vec<float, 4>& a, float m) {
 // register e % 4. For MK = 16 this is the MFMA's own K order; for MK = 32 (gfx950) the K rows of
 // a lane are {4g .. 4g+3, 16+4g .. 16+4g+3} (g = l / 16) instead of 8g .. 8g+7, a permutation of
 // K that the A operand must share: read it with load_acc_order. Converted without the NaN test
-// (hk::from_float_unchecked): every NaN a probability or score gradient here can hold comes from a
-// 16-bit input or is the default NaN.
+// (hk::from_float_unchecked): every NaN a probability or score gradient here can hold carries a bf16
+// input's payload or is the default NaN (the LSE a caller passes is read through lse_log2).
 template <typename T, int R, int C, typename S, typename SA>
 HK_INLINE void acc_to_operand(hk::rt<T, R, C, hk::col_l, S>& dst, const hk::rt<float, R, C, hk::acc_l, SA>& acc) {
   static_assert(S::MI == 16 && SA::MI == 16 && SA::ACC == 4, "16x16 outputs and operands");

@@ -133,6 +133,30 @@ def test_backward_varlen(rng, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_a_nan_in_the_callers_lse_poisons_its_rows(rng, arch):
+    """An LSE row holding a NaN of any bits (NVIDIA's 0x7FFFFFFF, a 0xFF fill, a signalling one) gives
+    NaN in that query's dQ and in dK, dV of the keys it sees, never zeros: the kernels read the LSE as
+    the default NaN before the probabilities' bf16 conversion, whose rounding add would carry other bits
+    into a zero. The other rows' dQ stay finite and as without the poison."""
+    bf = ml_dtypes.bfloat16
+    q, do = (rng.standard_normal((1, 2, 40, 64)).astype(bf) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 50, 64)).astype(bf) for _ in range(2))
+    dev = f"sim:{arch}"
+    o, lse = hkjit.attention(q, k, v, return_lse=True, device=dev)
+    clean = hkjit.attention_backward(do, q, k, v, o, lse, device=dev)
+    poisoned = np.array(lse, np.float32)
+    for row, bits in ((5, 0x7FFFFFFF), (7, 0xFFFFFFFF), (9, 0x7F800001)):
+        poisoned[0, 1, row] = np.array(bits, np.uint32).view(np.float32)
+    dq, dk, dv = hkjit.attention_backward(do, q, k, v, o, poisoned, device=dev)
+    dq, dk, dv, cq = (np.asarray(x, np.float32) for x in (dq, dk, dv, clean[0]))
+    assert np.isnan(dq[0, 1, [5, 7, 9]]).all(), f"dQ of the poisoned rows: {dq[0, 1, [5, 7, 9], :4]}"
+    others = np.ones(40, bool)
+    others[[5, 7, 9]] = False
+    assert np.array_equal(dq[0, 1, others], cq[0, 1, others]) and np.array_equal(dq[0, 0], cq[0, 0])
+    assert np.isnan(dk).all() and np.isnan(dv).all()      # every key is seen by the poisoned rows (no mask)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_backward_block_overrides(rng, arch):
     """block_kv (the dQ kernel's KV block) and block_q (the dK/dV kernel's query block) overridden."""
     q, do = (rng.standard_normal((1, 2, 70, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))

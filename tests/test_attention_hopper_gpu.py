@@ -102,6 +102,7 @@ def test_varlen_lengths(d, causal, tiles):
                                   (2, 3, 1, 1100, 900, 128, True, 3),           # the middle block, then more units
                                   (4, 16, 4, 1000, 3000, 128, False, 7),        # a partial Q tile prefetched
                                   (1, 4, 1, 5000, 300, 128, True, 2),           # runs of tiles with no KV block
+                                  (1, 4, 1, 5000, 300, 128, True, 7),           # a block's first tiles without any
                                   (2, 4, 1, 1025, 333, 64, True, 1)], ids=str)  # one block walks everything
 def test_persistent_gives_the_grid_s_bits(case, tiles):
     """persistent=1 runs each tile's arithmetic as the grid's block does, in the same order: O and LSE

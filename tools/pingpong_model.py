@@ -8,7 +8,8 @@ turn barriers): every interleaving of the two consumer warpgroups over every wal
     python3 tools/pingpong_model.py --before   # the protocol before 2026-12-01: walks that hang
 
 A walk is bad when a barrier completes on one consumer's arrivals alone (the other then waits on the
-next round: a hang) or when no consumer can move before both are done."""
+next round: a hang), when no consumer can move before both are done, or when both are done with a
+barrier left half-arrived."""
 import argparse
 import itertools
 
@@ -43,6 +44,9 @@ def bad_interleaving(blocks, skip_empty):
         seen.add(state)
         pcs, waiting, pending = state
         if all(pcs[c] == len(progs[c]) and waiting[c] is None for c in (0, 1)):
+            if pending:                                 # a barrier left half-arrived (the next user's hang)
+                bar, who = pending[0]
+                return f"barrier {bar} left with an arrival of consumer {who[0]}"
             continue
         moved = False
         for c in (0, 1):

@@ -38,7 +38,7 @@ otherwise, refused naming dkdv_producer='cpasync'.
 0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and timed on H100
 (docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute
 P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
-barrier; issue dQ (in S^T's registers), retire dV, issue dK, retire dQ and store its partial while dK runs.
+barrier; issue dQ (in S^T's registers at block_q 64), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs. 8 (head_dim 64 only): each consumer computes dQ over
 its own 64 keys and consumer 0 adds the two partials in shared memory, instead of consumer 0 computing all of
@@ -285,7 +285,7 @@ class Main(_Base):
 
     def smem_bytes(self, cfg) -> int:
         """1 KiB alignment slack, the ring (Q and dO a stage), K and V (128 keys), two dS^T tiles (128 x
-        block_q), two fp32 dQ buffers (64 x head_dim), a stage's LSE, Delta and first row, barriers (a
+        block_q), two fp32 dQ buffers (block_q x head_dim), a stage's LSE, Delta and first row, barriers (a
         stage's two, each dQ buffer's two, the dQ sum's load). block_q 128: one dS^T tile."""
         d, blk, stages = cfg["head_dim"], cfg["block"], cfg["stages"]
         ds_bufs = 1 if blk == WIDE_BLOCK_Q else 2

@@ -39,9 +39,10 @@ template <> HK_INLINE float from_float<float>(float x) { return x; }
 // float -> T as from_float, but bf16 without the NaN test where the target has no conversion instruction
 // (gfx942): round to nearest even by one integer add, 2 VALU a value (bfe, add3) where clang's NaN-safe
 // sequence takes 5 (bfe, add3, compare, select, quieting or). Exact for every finite value and +-inf; a
-// NaN stays NaN when its low 16 bits are 0 (else the add can carry it into another value), which holds
-// for every NaN computed from 16-bit inputs: it carries an input's payload or is the default NaN. For
-// scores, probabilities and their gradients in MFMA operands. gfx950, half, float: from_float.
+// NaN stays NaN when its low 16 bits are 0 (else the add can carry it into a zero or an infinity), which
+// holds for every NaN computed from bf16 inputs and the default NaN (not for fp16 payloads, nor for NaNs a
+// caller's fp32 array may hold). For scores, probabilities and their gradients in MFMA operands. gfx950,
+// half, float: from_float.
 template <typename T> HK_INLINE T from_float_unchecked(float x) {
   if constexpr (__is_same(T, bf16) && !arch::has_bf16_cvt) {
     const unsigned u = __builtin_bit_cast(unsigned, x);
