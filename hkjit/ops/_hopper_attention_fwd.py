@@ -208,8 +208,9 @@ def checks(cfg) -> tuple:
 
 def launch_grid(cfg, p) -> tuple:
     """(query blocks, heads, batch); persistent: `blocks` if given, else one block an SM (p["num_sms"], the
-    device's, else the target's), at most one a unit of work (the kernel walks units blockIdx.x, + gridDim.x, ...: a tile,
-    or with causal masking a pair of query blocks p and last - p of one head, the same KV blocks each)."""
+    device's, else the target's), at most one a unit of work (the kernel walks units blockIdx.x, + gridDim.x,
+    ...: a tile, or with causal masking a pair of query blocks p and last - p of one head, the same KV blocks
+    each)."""
     q_blocks = math.ceil(p["n_q"] / cfg["block_q"])
     if cfg["persistent"]:
         sms = cfg["blocks"] or p.get("num_sms") or _parse_target(cfg["target"]).compute_units
