@@ -17,11 +17,11 @@
 #   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~9
 #   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~4
 #   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~6
-# About 40 minutes in all: where a session's GPU time is shorter, run the steps over several calls in
+# About 40 minutes in all: with less time at hand, run the steps over several invocations in
 # this order (the A/B steps decide the defaults the grids then measure). A step that fails or runs past
 # its limit is reported and the next one starts; the summary at the end names each step's exit status
-# (124: past its limit). Record what a step decides where its
-# docs/notes section says ("To measure: ...") before changing a default.
+# (124: past its limit). Record what a step decides where its docs/notes section says ("To measure:
+# ...") before changing a default.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then
