@@ -260,7 +260,7 @@ struct attention_bwd_dkdv_hopper {
   using o_t = hk::rt<float, 64, D>;     // dK, dV
   using dq_t = hk::rt<float, BQ, 64>;   // 64 columns of dQ (BQ 128: two 64-row blocks; dq_accumulator)
   using a_t = hk::rt_a<T, BQ>;          // P^T, dS^T as wgmma's A registers
-  static_assert(sizeof(dq_t) == sizeof(s_t), "dQ takes S^T's registers");
+  static_assert(sizeof(dq_t) == sizeof(s_t), "dQ takes S^T's registers at BQ 64 (dq_accumulator)");
   struct stage_t { q_t q, d_o; };
   struct keys_block { keys_t k, v; };
   // dQ partial in fragment order: float4 (consumer c, registers 4j..4j+3, thread t) at (8c + j) 128 + t,
