@@ -476,7 +476,8 @@ def test_persistent_grid_and_refusals():
     assert F.launch_grid(causal, {**p, "causal": True}) == (64, 1, 1)        # 4 pairs x 8 heads x 2
     assert F.launch_grid(causal, {**p, "causal": True, "n_q": 1100}) == (80, 1, 1)   # 9 blocks: 5 units
     small = F.configure(SM90, p, dict(persistent=1, blocks=3))      # blocks: the grid's size, not the kernel's
-    assert F.launch_grid(small, p) == (3, 1, 1) and F.launch_grid(small, {**p, "n_q": 64, "batch": 1, "heads": 1}) == (1, 1, 1)
+    assert F.launch_grid(small, p) == (3, 1, 1)
+    assert F.launch_grid(small, {**p, "n_q": 64, "batch": 1, "heads": 1}) == (1, 1, 1)     # one unit: one block
     assert F.kernel_type(small) == F.kernel_type(pers) and F.template_params(small) == F.template_params(pers)
     for bad, match in ((0, "blocks=0; a positive int"), (True, "blocks=True; a positive int"),
                        (2.0, "blocks=2.0; a positive int")):

@@ -41,7 +41,7 @@ FORWARD = [dict(head_dim=d, causal=c, lean=n) for d in (64, 128) for c in (False
           [dict(head_dim=64, exp_fma=8, dtype="float16", causal=True), dict(head_dim=64, exp_fma=3, align=4, lean=1)]
 
 SCRIPT = r"""
-import json, sys
+import json, re, sys
 import hkjit
 from hkjit import compiler, ops, targets
 version = compiler.find_compiler(targets.parse("sm_90a"), "nvrtc").version()
@@ -58,7 +58,6 @@ for params in json.loads(sys.argv[2]):
 for params in json.loads(sys.argv[3]):
     record(f"attention {params}", hkjit.inspect("attention", "sm_90a", **params))
 sys.path.insert(0, sys.argv[5])                  # tests/: the static test's direct compile keeps ptxas's log
-import re
 from test_attention_backward_hopper_static import B, _compile
 out["serialised"] = {}
 for params in json.loads(sys.argv[4]):

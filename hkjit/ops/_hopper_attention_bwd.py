@@ -34,16 +34,18 @@ caller's strides (rows past n_q read as zeros), warp 0's 32 lanes copy LSE and D
 Needs dense batches and 16-byte aligned q, k, v and grad_out (pointers and strides): passed explicitly
 otherwise, refused naming dkdv_producer='cpasync'.
 
-`dkdv_consumer` (0, 1, 2, 3, 5 or 7, and at head_dim 64 the same plus 8; "tma" producer only, whose consumers have 240 registers; default 2,
-0 with cp.async): variants of the consumer step, bits that combine, each GPU-tested and timed on H100
-(docs/notes/attention_hopper.md). 1, wait placement (FlashAttention-3's order): wait for S alone and compute
+`dkdv_consumer` (0, 1, 2, 3, 5 or 7, and at head_dim 64 also each of those + 8; "tma" producer only, whose
+consumers have 240 registers; default 2, 0 with cp.async): variants of the consumer step, bits that combine;
+bits 1, 2 and 4 GPU-tested and timed on H100 (docs/notes/attention_hopper.md), bit 8 compile-checked only,
+its GPU tests not yet run. 1, wait placement (FlashAttention-3's order): wait for S alone and compute
 P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers at block_q 64), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs. 8 (head_dim 64 only): each consumer computes dQ over
 its own 64 keys and consumer 0 adds the two partials in shared memory, instead of consumer 0 computing all of
-dQ while consumer 1 waits at the barrier before it. With block_q 128 only 8, 10 and 11 (dQ in an accumulator of its
-own there; with it 9 spilled 32 bytes under causal masking, and 13 and 15 96 bytes with every wgmma serialised, NVRTC 13.5).
+dQ while consumer 1 waits at the barrier before it. With block_q 128 only 8, 10 and 11 (dQ in an accumulator
+of its own there; with it 9 spilled 32 bytes under causal masking, and 13 and 15 96 bytes with every wgmma
+serialised, NVRTC 13.5).
 
 Device memory (dkdv; varlen: sized by the longest sequence):
 - workspace, kept per stream by the launcher: one int semaphore per (batch, head, query block of
