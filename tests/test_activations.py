@@ -123,9 +123,13 @@ def test_strided_rows_in_place_and_schedules_simulated(cache_dir, arch):
     ("silu_and_mul", (7, 3, 32), "float16", {"threads": 64, "row_threads": 2, "chunks": 1})])
 def test_exact_rows_simulated(cache_dir, arch, name, shape, dtype, tiles):
     """exact=1 (rows of exactly the tile's columns: rows tested only, no division of the tile
-    index) gives the general path's results to 2 ULPs, ragged last row block included (the
-    compiler may contract the activation's multiply-adds differently once the loads' branches are
-    gone: fp32 gelu_and_mul had 8 of 288 elements 1-2 ULPs apart on the simulators)."""
+    index) gives the general path's results, ragged last row block included, to within what a
+    different contraction of the activation's multiply-adds can move (the compiler may fuse them
+    differently once the loads' branches are gone). silu: 2 ULPs. fp32 gelu: erfc(a) = t exp2(P(t)
+    - a^2) puts the rounding of a^2 and of the Horner steps into the exponent, so fused against
+    unfused differ by up to (4 + x^2) ULPs relative (a float32 model of both evaluations over
+    |x| <= 9 stays within 0.72 of that), one more for the product with the up half; a CI run saw
+    2.2 ULPs at x = 0.07. Half types: 2 ULPs of the output type (one rounding can flip)."""
     x = random(shape, dtype)
     d = x.shape[-1] // 2
     outs = []
@@ -134,7 +138,11 @@ def test_exact_rows_simulated(cache_dir, arch, name, shape, dtype, tiles):
         getattr(hkjit, name)(x, out=out, device=f"sim:{arch}", exact=exact, **tiles)
         outs.append(out)
     ulp = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "float32": 2.0 ** -23}[dtype]     # (relative, at most)
-    np.testing.assert_allclose(np.asarray(outs[1], np.float64), np.asarray(outs[0], np.float64), rtol=2 * ulp, atol=0)
+    ulps = 2.0
+    if dtype == "float32" and name == "gelu_and_mul":
+        ulps = 5.0 + np.asarray(x[..., :d], np.float64) ** 2
+    got, general = np.asarray(outs[1], np.float64), np.asarray(outs[0], np.float64)
+    assert np.all(np.abs(got - general) <= ulps * ulp * np.abs(general)), np.max(np.abs(got - general) / np.abs(general)) / ulp
     assert rel_err(outs[1], reference(name, x)) < TOL[dtype]
 
 

@@ -30,11 +30,14 @@ TILES = [dict(), dict(block_q=64, dkdv_stages=3), dict(dkdv_stages=4), CP, dict(
          dict(dkdv_producer="tma", dkdv_stages=3)]
 BY_MAPS = dict(dkdv_producer="tma")
 # the TMA kernel's consumer variants (prepared; bits: 1 wait placement, 2 stmatrix dS^T, 4 early dV with 1)
-CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 the TMA default
+CONSUMER = [dict(dkdv_consumer=v) for v in (0, 1, 2, 3, 5, 7)]   # 2 the TMA default at block_q 64
 # bit 8 (head_dim 64 only): dQ by key halves, the two consumers' partials summed in shared memory
-KEY_HALVES = [dict(dkdv_consumer=v) for v in (8, 9, 10, 11, 15)]
-# block_q=128 (head_dim 64, with bit 8): half the dQ links, one dS^T tile
+KEY_HALVES = [dict(block_q=64, dkdv_consumer=v) for v in (8, 9, 10, 11, 15)]
+# block_q=128 (head_dim 64, with bit 8): half the dQ links, one dS^T tile; with 10 the D64 default
 WIDE = [dict(block_q=128, dkdv_consumer=v) for v in (10, 11, 8)]
+# what the consumer variants are compared with: the block_q 64 kernel's default (dkdv_consumer 2), the
+# default at head_dim 128 and the one every variant of block_q 64 has the operation order of
+NARROW = dict(block_q=64)
 TILES += CONSUMER + [dict(dkdv_consumer=7, dkdv_stages=3)] + KEY_HALVES + [dict(dkdv_consumer=10, dkdv_stages=4)] + WIDE
 DQ_WARP = [dict(), CP, dict(CP, dq_warp=1, load_warps=2)]
 
@@ -110,16 +113,16 @@ def test_consumer_variants_give_the_defaults_bits(case, tiles):
     must equal the default's bit for bit (and the float32 reference within tolerance). A mismatch
     means a wait too early (a race on an accumulator, a stage or dS^T) or a wrong stmatrix address;
     if it is only a last-bit difference, check the SASS for a changed FMA contraction first."""
-    _against_the_default(case, tiles, ("dq", "dk", "dv"))
+    _against_the_default(case, dict(NARROW, **tiles), ("dq", "dk", "dv"), NARROW)
 
 
-def _against_the_default(case, tiles, same):
+def _against_the_default(case, tiles, same, base=None):
     """The gradients of `tiles`: deterministic, within the float32 reference's tolerance, and the named
-    ones bit-equal to the default configuration's."""
+    ones bit-equal to those of `base` (default: the default configuration)."""
     import torch
     b, h, hkv, nq, nk, d, causal = case
     q, k, v, do = _inputs(b, h, hkv, nq, nk, d)
-    want, _ = _run(q, k, v, do, causal)
+    want, _ = _run(q, k, v, do, causal, **(base or {}))
     got, again = _run(q, k, v, do, causal, **tiles)
     assert all(torch.equal(g, a) for g, a in zip(got, again)), "two runs differ: not deterministic"
     check_grads(got, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
@@ -136,7 +139,7 @@ def test_key_halves_change_only_the_order_of_dq(case, tiles):
     instead of one consumer over all 128: dK and dV are the default's operations (bit for bit), dQ is
     the same sum in another order (within the float32 reference's tolerance, and the same bits every
     run). A dQ error with dK and dV right points at the partials' hand-off (a race on the buffer)."""
-    _against_the_default(case, tiles, ("dk", "dv"))
+    _against_the_default(case, tiles, ("dk", "dv"), NARROW)
 
 
 @pytest.mark.parametrize("tiles", WIDE, ids=str)
@@ -147,7 +150,7 @@ def test_wide_query_blocks(case, tiles):
     """block_q=128: each step sums 128 query rows into dK and dV (another order than 64 at a time) and
     adds a 128-row dQ partial: deterministic, within the float32 reference's tolerance; ragged N, N_q > N_k
     (rows that see no key inside a visited block), GQA, long sequences (many links a query block)."""
-    _against_the_default(case, tiles, ())
+    _against_the_default(case, tiles, (), NARROW)
 
 
 def test_tensor_map_producer_refuses_what_it_cannot_serve():
@@ -239,9 +242,9 @@ def test_compiled_backward_matches_eager_bit_for_bit(case):
 
 
 # --- workspace and scratch: what a process holds between calls ------------------------------------
-def _sems(b, h, nq):
-    """The dkdv kernel's kept workspace: an int semaphore per 64-row query block, padded to 256 B."""
-    return -(-b * h * -(-nq // 64) * 4 // 256) * 256
+def _sems(b, h, nq, block_q):
+    """The dkdv kernel's kept workspace: an int semaphore per query block, padded to 256 B."""
+    return -(-b * h * -(-nq // block_q) * 4 // 256) * 256
 
 
 def _requested():
@@ -263,7 +266,7 @@ def _workspaces():
 def test_memory_held_between_calls_stays_bounded():
     """Backward calls of many shapes in one process: after each, torch holds beyond the caller's
     tensors exactly the workspaces hkjit's launchers kept, and those are at most that signature's
-    semaphores (kept per stream); the fp32 dQ accumulators (scratch, B*H*ceil(N/64)*64*D*4 bytes)
+    semaphores (kept per stream); the fp32 dQ accumulators (scratch, B*H*ceil(N/block_q)*block_q*D*4 bytes)
     are allocated during the call and given back after it. Counted in requested bytes (`_requested`),
     so what earlier tests left in torch's cache cannot move the figures."""
     import torch
@@ -279,12 +282,13 @@ def test_memory_held_between_calls_stays_bounded():
         torch.cuda.reset_peak_memory_stats()
         grads = hkjit.attention_backward(do, q, k, v, o, lse)
         torch.cuda.synchronize()
-        scratch = b * h * -(-nq // 64) * 64 * d * 4
+        block_q = 128 if d == 64 else 64              # the defaults (dense, 16-byte aligned: the TMA producer)
+        scratch = b * h * -(-nq // block_q) * block_q * d * 4
         outputs = sum(g.numel() * g.element_size() for g in grads)
         assert torch.cuda.max_memory_allocated() - before_alloc >= scratch + outputs   # it was there during the call
         extra, new_ws = _requested() - before - outputs, _workspaces() - before_ws
         assert extra == new_ws, (b, h, nq, d, extra, new_ws)                   # nothing but workspaces held
-        assert new_ws in (0, _sems(b, h, nq)), (b, h, nq, d, new_ws)           # a new signature's semaphores
+        assert new_ws in (0, _sems(b, h, nq, block_q)), (b, h, nq, d, new_ws)           # a new signature's semaphores
         kept += extra
         del q, k, v, do, o, lse, grads
     torch.cuda.synchronize()

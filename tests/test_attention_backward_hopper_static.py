@@ -54,7 +54,8 @@ CONSUMER_CONFIGS = [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 12
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dkdv_consumer=7),
                     dict(head_dim=64, dkdv_stages=3, dtype="float16", dkdv_consumer=3),
                     dict(head_dim=128, causal=True, dtype="float16", dkdv_consumer=7)] + \
-                   [dict(head_dim=64, causal=c, dkdv_consumer=v) for c in (False, True) for v in (8, 9, 10, 11, 15)] + \
+                   [dict(head_dim=64, causal=c, block_q=64, dkdv_consumer=v) for c in (False, True)
+                    for v in (8, 9, 10, 11, 15)] + \
                    [dict(head_dim=64, causal=True, dkdv_stages=4, dtype="float16", dkdv_consumer=10)] + \
                    [dict(head_dim=64, causal=c, block_q=128, dkdv_consumer=v) for c in (False, True) for v in (10, 11)] + \
                    [dict(head_dim=64, block_q=128, dkdv_consumer=8, dtype="float16")]
@@ -173,7 +174,7 @@ def test_tma_sass(d, causal, tmp_path):
     structures addressed in the shared window (no generic LD.E / ST.E anywhere; the cp.async
     variant has them for the stats, dS^T and the dQ partial); the consumer loop's wgmma descriptors
     on the uniform datapath (no R2UR moves in it; the cp.async variant has 48 at D128)."""
-    _, r = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="tma"))
+    _, r = _compile(B.DKDV, dict(head_dim=d, causal=causal, dkdv_producer="tma", block_q=64))
     listing = sass(r.code, tmp_path)
     ins, loops = _loops(listing)
     box = next(a for a, t in ins if "UTMALDG" in t)
@@ -282,13 +283,14 @@ def test_wide_query_block_configuration_and_refusals():
     p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=64)
     c = B.DKDV.configure(SM90, p, dict(block_q=128, dkdv_consumer=10))
     assert B.DKDV.kernel_type(c).startswith("attention_bwd_dkdv_hopper<hk::bf16, 64, 128, 2, 2,")
-    narrow = B.DKDV.configure(SM90, p, dict(dkdv_consumer=10))
+    narrow = B.DKDV.configure(SM90, p, dict(block_q=64, dkdv_consumer=10))
     # one 128 x 128 dS^T tile instead of two 128 x 64; dQ buffers and stages twice as tall
     assert B.DKDV.smem_bytes(c) - B.DKDV.smem_bytes(narrow) == 2 * 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4 + 2 * 64 * 4 * 2
     assert B.DKDV.smem_bytes(c) <= SM90.smem_per_block
     assert B.DKDV.q_blocks(p, 128) == 8 and B.DKDV.workspace(c, p)[2] == 2 * 8 * 8 * 128 * 64 * 4
     for extra, tiles, msg in (({}, dict(block_q=96), "block_q=96; valid choices: 64, or 128 at head_dim 64"),
-                              ({}, dict(block_q=128), "block_q=128 needs .*dkdv_consumer 8, 10 or 11"),
+                              ({}, dict(block_q=128, dkdv_consumer=2), "block_q=128 needs .*dkdv_consumer 8, 10 "
+                                                                         "or 11 .*this is 2"),
                               ({}, dict(block_q=128, dkdv_consumer=9), "dkdv_consumer 8, 10 or 11 .*this is 9"),
                               ({}, dict(block_q=128, dkdv_consumer=15), "dkdv_consumer 8, 10 or 11 .*this is 15"),
                               ({"head_dim": 128}, dict(block_q=128, dkdv_consumer=10), "needs head_dim 64"),
@@ -371,6 +373,25 @@ def test_args_layout():
     assert B.WorkspaceArgs.dq_accum.offset == 376 and B.WorkspaceArgs.q_blocks.offset == 384
 
 
+def test_head_dim_64_defaults_to_128_query_rows():
+    """At head_dim 64 the default is block_q 128 with dQ by key halves and stmatrix (dkdv_consumer 10)
+    wherever that kernel runs (measured on H200 1.03-1.23x block_q 64 over 6 shapes); a tile it cannot
+    run with (another consumer variant, 3 or 4 stages, the cp.async producer) keeps block_q 64 rather
+    than failing; block_q=128 alone picks consumer 10; head_dim 128 stays at 64."""
+    p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=64)
+    pick = lambda extra, tiles: (lambda c: (c["block"], c["consumer"], c["producer"]))(  # noqa: E731
+        B.DKDV.configure(SM90, {**p, **extra}, tiles))
+    assert pick({}, {}) == (128, 10, "tma") == pick({"causal": True}, {}) == pick({}, dict(block_q=128))
+    assert pick({}, dict(dkdv_consumer=11)) == (128, 11, "tma")
+    assert pick({}, dict(dkdv_consumer=2)) == (64, 2, "tma") == pick({}, dict(block_q=64))
+    assert pick({}, dict(dkdv_stages=3)) == (64, 2, "tma") == pick({}, dict(dkdv_stages=4))
+    assert pick({"varlen": True}, {}) == (64, 0, "cpasync") == pick({"align": 8}, {})
+    assert pick({}, dict(dkdv_producer="cpasync")) == (64, 0, "cpasync")
+    assert pick({"head_dim": 128}, {}) == (64, 2, "tma")
+    c = B.DKDV.configure(SM90, p, {})
+    assert B.DKDV.workspace(c, p)[2] == 2 * 8 * 8 * 128 * 64 * 4       # 8 query blocks of 128 rows
+
+
 def test_default_table_and_limits():
     p = dict(BASE, batch=2, heads=8, kv_heads=2, n_q=1000, n_k=700, head_dim=128)
     dq, dkdv = B.DQ.configure(SM90, p, {}), B.DKDV.configure(SM90, p, {})
@@ -387,7 +408,7 @@ def test_default_table_and_limits():
     with pytest.raises(InvalidArgumentError, match="valid choices: 64, or 128 at head_dim 64"):
         B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=256))
     with pytest.raises(InvalidArgumentError, match="block_q=128 needs .*dkdv_consumer 8, 10 or 11"):
-        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128))   # (the wide block: its own test)
+        B.DKDV.configure(SM90, {**p, "head_dim": 64}, dict(block_q=128, dkdv_consumer=0))   # (its own test)
     with pytest.raises(InvalidArgumentError, match="valid choices: 2, 3, 4"):
         B.DKDV.configure(SM90, p, dict(dkdv_stages=1))
     with pytest.raises(InvalidArgumentError, match="block_kv is not tunable on sm_90a"):

@@ -101,10 +101,11 @@ def test_plan_keeps_semaphores_and_gives_the_accumulators_as_scratch():
     plan = DKDV_OP.plan(SM90, batch=16, heads=64, kv_heads=8, n_q=16384, n_k=16384, head_dim=128, dtype="bfloat16")
     assert plan.scratch_bytes == 16 * 64 * 256 * 64 * 128 * 4 == 8 << 30
     assert plan.workspace_bytes == plan.workspace_zeroed == 16 * 64 * 256 * 4 == MiB
-    for n, d in ((1, 64), (63, 64), (65, 128), (1000, 128), (4097, 64)):
+    for n, d in ((1, 64), (63, 64), (65, 128), (1000, 128), (4097, 64), (129, 64)):
         p = DKDV_OP.plan(SM90, batch=3, heads=4, kv_heads=2, n_q=n, n_k=300, head_dim=d, dtype="bfloat16")
-        blocks = 3 * 4 * -(-n // 64)
-        assert p.scratch_bytes == blocks * 64 * d * 4
+        block_q = 128 if d == 64 else 64          # the defaults: 128 query rows a step at head_dim 64
+        blocks = 3 * 4 * -(-n // block_q)
+        assert p.scratch_bytes == blocks * block_q * d * 4
         assert p.workspace_bytes == p.workspace_zeroed == -(-blocks * 4 // 256) * 256
     dq = ops.get("attention_bwd_dq").plan(SM90, batch=2, heads=4, kv_heads=4, n_q=100, n_k=100, head_dim=64,
                                                dtype="bfloat16")

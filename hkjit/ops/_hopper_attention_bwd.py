@@ -9,7 +9,8 @@ objects; the op names stay the CDNA half's):
 | dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through fp32 scratch | D64 129 KiB, D128 226 KiB |
 
 Overrides (dkdv): `block_q` (64; or 128 at head_dim 64 with the TMA producer and dkdv_consumer 8, 10 or 11: half
-as many dQ hand-offs, twice the tensor work a step; prepared, not a default until measured) and `dkdv_stages`
+as many dQ hand-offs, twice the tensor work a step; the default wherever it can run, measured on H200 1.03-1.23x
+block_q 64 over 6 D64 shapes) and `dkdv_stages`
 (2 to 4; D128 and block_q 128 fit 2 only). Refused before anything compiles, naming the limit. Deterministic: dQ partials
 are added in the fixed order of the KV blocks (per-query-block semaphores in the workspace), the GQA
 sum over query heads runs in one block, in order.
@@ -35,10 +36,10 @@ Needs dense batches and 16-byte aligned q, k, v and grad_out (pointers and strid
 otherwise, refused naming dkdv_producer='cpasync'.
 
 `dkdv_consumer` (0, 1, 2, 3, 5 or 7, and at head_dim 64 also each of those + 8; "tma" producer only, whose
-consumers have 240 registers; default 2, 0 with cp.async): variants of the consumer step, bits that combine;
-bits 1, 2 and 4 GPU-tested and timed on H100 (docs/notes/attention_hopper.md), bit 8 compile-checked only,
-its GPU tests not yet run. 1, wait placement (FlashAttention-3's order): wait for S alone and compute
-P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
+consumers have 240 registers; default 10 at block_q 128, else 2, and 0 with cp.async): variants of the consumer
+step, bits that combine; bits 1, 2 and 4 GPU-tested and timed on H100 (docs/notes/attention_hopper.md), bit 8
+GPU-tested and timed on H200 (at block_q 64 within -4% to +1% of 2). 1, wait placement (FlashAttention-3's order):
+wait for S alone and compute P while dP runs; issue dV once dS is formed and keep it in flight across the dS^T store and the consumers'
 barrier; issue dQ (in S^T's registers at block_q 64), retire dV, issue dK, retire dQ and store its partial while dK runs.
 2: dS^T stored by stmatrix (4 a thread) instead of 16 scalar stores. 4 (with 1): dV issued as soon as P is
 packed, before the dP wait, so dS is formed while dV runs. 8 (head_dim 64 only): each consumer computes dQ over
@@ -205,15 +206,16 @@ class Main(_Base):
         check_tiles(where, tiles, self.TILES)
         vec = _common(where, target, p)
         d = p["head_dim"]
-        blk, stages = tiles.get("block_q", BLOCK_Q), tiles.get("dkdv_stages", 2)
-        if isinstance(blk, bool) or blk not in (BLOCK_Q, WIDE_BLOCK_Q):
-            _err(f"{where}: block_q={blk!r}; valid choices: {BLOCK_Q}, or {WIDE_BLOCK_Q} at head_dim 64 (dK, dV, "
-                 f"S^T, dP^T and dQ of a wider block would not fit the registers a consumer thread has)")
+        stages = tiles.get("dkdv_stages", 2)
         if isinstance(stages, bool) or stages not in _STAGES:
             _err(f"{where}: dkdv_stages={stages!r}; valid choices: {', '.join(map(str, _STAGES))}")
         producer = tiles.get("dkdv_producer", self._default_producer(p, tiles))
         if not isinstance(producer, str) or producer not in _PRODUCERS:
             _err(f"{where}: dkdv_producer={producer!r}; valid choices: {', '.join(map(repr, _PRODUCERS))}")
+        blk = tiles.get("block_q", self._default_block_q(p, tiles, producer))
+        if isinstance(blk, bool) or blk not in (BLOCK_Q, WIDE_BLOCK_Q):
+            _err(f"{where}: block_q={blk!r}; valid choices: {BLOCK_Q}, or {WIDE_BLOCK_Q} at head_dim 64 (dK, dV, "
+                 f"S^T, dP^T and dQ of a wider block would not fit the registers a consumer thread has)")
         if producer == "tma":
             dq_warp, loads = self._tma_roles(where, p, tiles)
         else:
@@ -223,7 +225,7 @@ class Main(_Base):
             loads = _choice(where, "load_warps", tiles.get("load_warps", 3 if dq_warp else 4), _LOAD_WARPS[dq_warp],
                             f" with dq_warp={dq_warp}" + ("" if dq_warp else " (all four producer warps load; 1 to 3 "
                                                            "need dq_warp=1, whose warp 3 adds dQ)"))
-        consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(p, producer)),
+        consumer = _choice(where, "dkdv_consumer", tiles.get("dkdv_consumer", self._default_consumer(producer, blk)),
                            _CONSUMERS)
         if blk == WIDE_BLOCK_Q and (d != 64 or producer != "tma" or consumer not in WIDE_CONSUMERS):
             _err(f"{where}: block_q={blk} needs head_dim 64 (this is {d}), dkdv_producer='tma' (this is {producer!r}) "
@@ -250,11 +252,24 @@ class Main(_Base):
         return cfg
 
     @staticmethod
-    def _default_consumer(p, producer) -> int:
-        """With the TMA producer: stmatrix for dS^T (2). H100, dK/dV kernel time over 10 shapes
-        (docs/notes/attention_hopper.md): 2 within 1% of 0 everywhere and up to 2% faster; 3 (FA3's
-        wait placement too) 1-7% slower once the dQ sum was converted from shared memory (it had been
-        ahead on causal shapes before, hiding the conversion's latency)."""
+    def _default_block_q(p, tiles, producer) -> int:
+        """128 query rows a step at head_dim 64 wherever they can run (the TMA producer, 2 stages, a
+        consumer variant of WIDE_CONSUMERS or none given), else 64. H200, whole backward beside SDPA over
+        6 D64 shapes (docs/notes/attention_hopper.md "D64: 128 query rows a step"): 1.03-1.23x the
+        block_q 64 default, MHA and GQA, causal or not."""
+        wide = (p["head_dim"] == 64 and producer == "tma" and tiles.get("dkdv_stages", 2) == 2
+                and tiles.get("dkdv_consumer", WIDE_CONSUMERS[1]) in WIDE_CONSUMERS)
+        return WIDE_BLOCK_Q if wide else BLOCK_Q
+
+    @staticmethod
+    def _default_consumer(producer, block_q) -> int:
+        """block_q 128: dQ by key halves with stmatrix for dS^T (10). Otherwise, with the TMA producer,
+        stmatrix for dS^T (2). H100, dK/dV kernel time over 10 shapes (docs/notes/attention_hopper.md):
+        2 within 1% of 0 everywhere and up to 2% faster; 3 (FA3's wait placement too) 1-7% slower once
+        the dQ sum was converted from shared memory (it had been ahead on causal shapes before, hiding
+        the conversion's latency). H200: 10 at block_q 64 within -4% to +1% of 2 (6 D64 shapes)."""
+        if block_q == WIDE_BLOCK_Q:
+            return WIDE_CONSUMERS[1]
         return 2 if producer == "tma" else 0
 
     @staticmethod
