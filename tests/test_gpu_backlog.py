@@ -21,7 +21,7 @@ def test_dry_run_names_every_step_and_parses_as_shell(tmp_path):
     for step, line in lines.items():
         words = shlex.split(line.split("): ", 1)[1])      # the command as bash -c will read it
         assert any(w.endswith(".py") or w == "pytest" or w == "hkjit.cli" for w in words), (step, words)
-    assert "{'persistent':1}" in lines["fwd"] and "{'dkdv_consumer':10,'block_q':128}" in lines["bwd"]
+    assert "{'persistent':1}" in lines["fwd"] and "{'block_q':64,'dkdv_consumer':10}" in lines["bwd"]
     assert not (tmp_path / "out" / "environment.txt").exists()      # a dry run runs nothing
 
 

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# The GPU runs still owed by the overrides written without a GPU (README, "What has run where"), in
-# the order that decides most first, each under its own time limit, each log in OUT_DIR. Run from the
+# The GPU runs of the tile overrides that are not defaults, beside the defaults, then both issue grids
+# (README, "What has run where"; first run on an H200 on 2026-12-01, docs/benchmarks.md), in the order
+# that decides most first, each under its own time limit, each log in OUT_DIR. Run from the
 # repository root on an H100 or H200 with torch (CUDA), Triton, pytest-xdist and pytest-timeout:
 #
 #     PYTHONPATH=. bash tools/gpu_backlog.sh OUT_DIR                  # every step, in order
 #     PYTHONPATH=. bash tools/gpu_backlog.sh OUT_DIR tests fwd bwd    # some of them
 #     DRY=1 bash tools/gpu_backlog.sh OUT_DIR                          # print the commands only
 #
-# Steps (minutes each, roughly, on an H100):
-#   tests  every GPU test of the repository (the new overrides' among them)                      ~3
-#   fwd    attention forward, persistent=1 against the default, beside SDPA                        ~4
-#   bwd    attention backward at D64: dQ by key halves (dkdv_consumer 10), then block_q=128          ~4
-#   topk   topk spread=1 against the default and the earlier candidates                            ~3
-#   rms    the 64 MiB norm rows, rms_norm weight_regs=0 among them, beside torch.compile            ~4
-#   conv   causal_conv1d channel-last: seg_len 264 / 272 / 248 against 256 (the aliasing test)      ~2
-#   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~9
-#   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~4
-#   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~6
-# About 40 minutes in all: with less time at hand, run the steps over several invocations in
+# Steps (minutes each on an H200, 2026-12-01):
+#   tests  every GPU test of the repository (the overrides' among them)                          ~3
+#   fwd    attention forward, persistent=1 against the default, beside SDPA                        ~1
+#   bwd    attention backward at D64: the default (block_q=128) against block_q=64, without and
+#          with dQ by key halves (dkdv_consumer 10)                                                ~1
+#   topk   topk spread=1 against the default and the earlier candidates                            ~1
+#   rms    the 64 MiB norm rows, rms_norm weight_regs=0 among them, beside torch.compile            ~1
+#   conv   causal_conv1d channel-last: seg_len 264 / 272 / 248 against 256 (the aliasing test)      ~1
+#   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~6
+#   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~3
+#   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~5
+# About 22 minutes in all: with less time at hand, run the steps over several invocations in
 # this order (the A/B steps decide the defaults the grids then measure). A step that fails or runs past
 # its limit is reported and the next one starts; the summary at the end names each step's exit status
 # (124: past its limit). Record what a step decides where its docs/notes section says ("To measure:
@@ -49,7 +51,7 @@ step_command() {
         fwd)   echo "env ROUNDS=3 python3 tools/attention_fwd_dev.py --shapes '$FWD_SHAPES' \
                      --variants \"{};{'persistent':1}\"" ;;
         bwd)   echo "python3 tools/attention_bwd_dev.py --shapes '$BWD_SHAPES' \
-                     --variants \"{};{'dkdv_consumer':10};{'dkdv_consumer':10,'block_q':128}\"" ;;
+                     --variants \"{};{'block_q':64};{'block_q':64,'dkdv_consumer':10}\"" ;;
         topk)  echo "python3 tools/topk_sweep.py" ;;
         rms)   echo "env SWEEP_SET=mid SWEEP_OUT='$OUT_DIR' python3 tools/rowwise_sweep.py" ;;
         conv)  echo "python3 tools/causal_conv1d_sweep.py --layout bld" ;;
