@@ -74,7 +74,8 @@ def test_against_float32(case, tiles):
     check_grads(grads, torch_reference_backward(q, k, v, do, causal, 1 / math.sqrt(d)), f"{case} {tiles}")
 
 
-@pytest.mark.parametrize("tiles", [dict(), BY_MAPS, dict(dkdv_consumer=3), dict(dkdv_consumer=7)], ids=str)
+@pytest.mark.parametrize("tiles", [dict(), dict(block_q=64), BY_MAPS, dict(dkdv_consumer=3), dict(dkdv_consumer=7)],
+                         ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_fp16(d, tiles):
     import torch

@@ -18,6 +18,7 @@ import ctypes
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hkjit import compiler, spec as spec_mod
@@ -390,6 +391,9 @@ def test_head_dim_64_defaults_to_128_query_rows():
     assert pick({"head_dim": 128}, {}) == (64, 2, "tma")
     c = B.DKDV.configure(SM90, p, {})
     assert B.DKDV.workspace(c, p)[2] == 2 * 8 * 8 * 128 * 64 * 4       # 8 query blocks of 128 rows
+    for odd in (np.array([10, 11]), [10], 10.0, "10"):                  # the default's choice must not trip on them
+        with pytest.raises(InvalidArgumentError, match="dkdv_consumer="):
+            B.DKDV.configure(SM90, p, dict(dkdv_consumer=odd))
 
 
 def test_default_table_and_limits():

@@ -28,9 +28,10 @@ BACKWARD = [dict(head_dim=d, causal=c, dkdv_producer="tma") for d in (64, 128) f
            [dict(head_dim=d, causal=c, dkdv_consumer=v) for d in (64, 128) for c in (False, True)
             for v in (1, 2, 7)] + \
            [dict(head_dim=128, causal=True, dkdv_consumer=v) for v in (3, 5)]
-# ... and the D64 ones built without a GPU (dQ by key halves, 128 query rows a step), checked for wgmma
+# (at D64 the TMA entries above build the default, 128 query rows with dkdv_consumer 10) ... and the D64
+# variants built without a GPU (dQ by key halves at 64 rows, 128 query rows a step), checked for wgmma
 # serialisation too (C7510-C7519: ptxas's own register allocation decides it, which differs by version)
-WIDE = [dict(head_dim=64, causal=c, dkdv_consumer=v) for c in (False, True) for v in (10, 11)] + \
+WIDE = [dict(head_dim=64, causal=c, block_q=64, dkdv_consumer=v) for c in (False, True) for v in (10, 11)] + \
        [dict(head_dim=64, causal=c, block_q=128, dkdv_consumer=v) for c in (False, True) for v in (8, 10, 11)]
 # The forward's own overrides (lean=1 / 2: walked descriptors, the late rescale; 2: the softmax under
 # its own P V; exp_fma: a share of the exponentials as polynomials on the FMA pipe), on the forward alone

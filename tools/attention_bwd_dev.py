@@ -23,7 +23,8 @@ SHAPES = [f"16,16,16,{n},{d},{c}" for n in (2048, 4096, 8192) for d in (64, 128)
 # today's kernel (the TMA producer where it serves; at D64 block_q=128 with dkdv_consumer 10), then its
 # consumer variants (hkjit/ops/_hopper_attention_bwd.py: 1 wait placement, 5 with dV issued before the dP
 # wait, 2 stmatrix dS^T, 3 and 7 both; at D64 they need block_q=64, and + 8: dQ by key halves, e.g. 10)
-VARIANTS = "{};{'dkdv_consumer':1};{'dkdv_consumer':5};{'dkdv_consumer':2};{'dkdv_consumer':3};{'dkdv_consumer':7}"
+VARIANTS = "{};{'block_q':64};{'dkdv_consumer':1};{'dkdv_consumer':5};{'dkdv_consumer':2};{'dkdv_consumer':3};" \
+    "{'dkdv_consumer':7}"
 
 
 def kernels(q, k, v, o, lse, do, causal, tiles):

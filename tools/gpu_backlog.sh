@@ -16,14 +16,14 @@
 #   topk   topk spread=1 against the default and the earlier candidates                            ~1
 #   rms    the 64 MiB norm rows, rms_norm weight_regs=0 among them, beside torch.compile            ~1
 #   conv   causal_conv1d channel-last: seg_len 264 / 272 / 248 against 256 (the aliasing test)      ~1
-#   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~6
+#   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~5
 #   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~3
 #   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~5
-# About 22 minutes in all: with less time at hand, run the steps over several invocations in
-# this order (the A/B steps decide the defaults the grids then measure). A step that fails or runs past
-# its limit is reported and the next one starts; the summary at the end names each step's exit status
-# (124: past its limit). Record what a step decides where its docs/notes section says ("To measure:
-# ...") before changing a default.
+# (attn and mb were timed in two parts each.) About 21 minutes in all: with less time at hand, run
+# the steps over several invocations in this order (the A/B steps decide the defaults the grids then
+# measure). A step that fails or runs past its limit is reported and the next one starts; the summary
+# at the end names each step's exit status (124: past its limit). Record what a step decides where its
+# docs/notes section says ("To measure: ...") before changing a default.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then

@@ -6,7 +6,7 @@ objects; the op names stay the CDNA half's):
 | launch | kernel                      | block                                 | shared memory (stages 2) |
 |--------|-----------------------------|---------------------------------------|--------------------------|
 | dq     | attention_bwd_prep_hopper   | 128 query rows: Delta, dQ of rows that see no key | 0 |
-| dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows; dK, dV, and dQ through fp32 scratch | D64 129 KiB, D128 226 KiB |
+| dkdv   | attention_bwd_dkdv_hopper   | 128 keys (2 consumer warpgroups of 64) + a producer; streams query blocks of 64 rows (D64 with the TMA producer: 128); dK, dV, and dQ through fp32 scratch | D64 129 KiB (128 rows: 195 KiB), D128 226 KiB |
 
 Overrides (dkdv): `block_q` (64; or 128 at head_dim 64 with the TMA producer and dkdv_consumer 8, 10 or 11: half
 as many dQ hand-offs, twice the tensor work a step; the default wherever it can run, measured on H200 1.03-1.23x
@@ -257,8 +257,9 @@ class Main(_Base):
         consumer variant of WIDE_CONSUMERS or none given), else 64. H200, whole backward beside SDPA over
         6 D64 shapes (docs/notes/attention_hopper.md "D64: 128 query rows a step"): 1.03-1.23x the
         block_q 64 default, MHA and GQA, causal or not."""
+        consumer = tiles.get("dkdv_consumer", WIDE_CONSUMERS[1])     # (a value of another type: refused later)
         wide = (p["head_dim"] == 64 and producer == "tma" and tiles.get("dkdv_stages", 2) == 2
-                and tiles.get("dkdv_consumer", WIDE_CONSUMERS[1]) in WIDE_CONSUMERS)
+                and type(consumer) is int and consumer in WIDE_CONSUMERS)
         return WIDE_BLOCK_Q if wide else BLOCK_Q
 
     @staticmethod
