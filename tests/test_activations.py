@@ -153,6 +153,45 @@ def test_exact_needs_rows_of_the_tile(cache_dir):
         hkjit.build("silu", target="sm_90a", rows=4, cols=128, exact=1, row_threads=8, chunks=2)
 
 
+@needs_clang
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("name,shape,dtype", [("gelu", (3, 1029), "bfloat16"), ("gelu", (2, 77), "float16"),
+                                              ("gelu_and_mul", (9, 514), "bfloat16"), ("gelu_and_mul", (5, 66), "float16")])
+def test_fast_erf_simulated(cache_dir, arch, name, shape, dtype):
+    """fast_erf=1 (erfc by 6 coefficients, about 2.5e-5 relative in fp32): within the dtype's tolerance of
+    the float64 reference, and at most one output rounding away from the 10-coefficient form's result
+    (the two fp32 values differ by far less than half an output ULP, so only a value next to a rounding
+    boundary can round the other way), ragged shapes, outputs poisoned first; inputs spread to |x| ~ 12
+    so the tail, where erfc is small, is exercised."""
+    x = (random(shape, "float32") * 2).astype(NP[dtype])
+    d = x.shape[-1] // 2 if name == "gelu_and_mul" else x.shape[-1]
+    outs = []
+    for fast in (0, 1):
+        out = np.full(x.shape[:-1] + (d,), np.nan, NP[dtype])
+        assert getattr(hkjit, name)(x, out=out, device=f"sim:{arch}", fast_erf=fast) is out
+        outs.append(np.asarray(out, np.float64))
+    assert rel_err(outs[1], reference(name, x)) < TOL[dtype]
+    ulp = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}[dtype]          # (relative, at most)
+    assert np.all(np.abs(outs[1] - outs[0]) <= ulp * np.abs(outs[0]) + 2.0 ** -24), \
+        np.max(np.abs(outs[1] - outs[0]) / np.maximum(np.abs(outs[0]), 2.0 ** -24))
+
+
+def test_fast_erf_is_refused_where_there_is_no_erf_or_the_output_is_fp32(monkeypatch):
+    monkeypatch.setattr(jit, "build_spec", lambda *a, **k: pytest.fail("a refused call compiled"))
+    x = random((4, 8), "bfloat16")
+    for call, msg in ((lambda: hkjit.silu(x, device="sim:gfx950", fast_erf=1), "only gelu with approximate='none'"),
+                      (lambda: hkjit.gelu_tanh(x, device="sim:gfx950", fast_erf=1), "only gelu"),
+                      (lambda: hkjit.gelu_and_mul(x, "tanh", device="sim:gfx950", fast_erf=1), "only gelu"),
+                      (lambda: hkjit.gelu(x.astype(np.float32), device="sim:gfx950", fast_erf=1), "with float32"),
+                      (lambda: hkjit.gelu(x, device="sim:gfx950", fast_erf=2), "fast_erf=2; 0 or 1"),
+                      (lambda: hkjit.gelu(x, device="sim:gfx950", fast_erf=True), "fast_erf=True")):
+        with pytest.raises(InvalidArgumentError, match=msg):
+            call()
+    op = hkjit.ops.get("gelu")
+    spec = lambda **t: op.plan("sm_90a", rows=4, cols=8, dtype="bfloat16", **t).spec  # noqa: E731
+    assert spec(fast_erf=0) == spec() != spec(fast_erf=1)                   # 0 is the default's own kernel
+
+
 def test_bad_input_is_refused_before_compiling(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("bad input reached the compile stage")
@@ -319,6 +358,24 @@ def test_gpu_gated(name, approximate, shape, dtype):
     wide = torch.randn(shape[:-1] + (shape[-1] + 16,), device="cuda", dtype=x.dtype)
     view = wide[..., 16:]                                # strided rows
     assert _gpu_err(fn(view, **kw), _torch_ref(torch, name, view, approximate)) < TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here")
+@pytest.mark.parametrize("name,shape,dtype", [("gelu", (4097, 1000), "bfloat16"), ("gelu", (3, 129), "float16"),
+                                              ("gelu_and_mul", (4096, 1026), "bfloat16")])
+def test_gpu_fast_erf(name, shape, dtype):
+    """fast_erf=1 on the GPU: within the dtype's tolerance of torch in float64, and at most one output
+    rounding from the default's result (test_fast_erf_simulated says why)."""
+    import torch
+    x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype)) * 4
+    d = shape[-1] // 2 if name == "gelu_and_mul" else shape[-1]
+    out = torch.full(shape[:-1] + (d,), float("nan"), device="cuda", dtype=x.dtype)
+    getattr(hkjit, name)(x, out=out, fast_erf=1)
+    assert _gpu_err(out, _torch_ref(torch, name, x)) < TOL[dtype]
+    default = getattr(hkjit, name)(x).double()
+    ulp = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}[dtype]
+    assert bool(((out.double() - default).abs() <= ulp * default.abs() + 2.0 ** -24).all())
 
 
 @pytest.mark.gpu

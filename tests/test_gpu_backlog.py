@@ -6,7 +6,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "gpu_backlog.sh")
-STEPS = ("tests", "fwd", "bwd", "topk", "rms", "conv", "attn", "norms", "mb")
+STEPS = ("tests", "fwd", "bwd", "topk", "rms", "conv", "gelu", "attn", "norms", "mb")
 
 
 def dry(*args):

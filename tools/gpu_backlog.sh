@@ -16,10 +16,11 @@
 #   topk   topk spread=1 against the default and the earlier candidates                            ~1
 #   rms    the 64 MiB norm rows, rms_norm weight_regs=0 among them, beside torch.compile            ~1
 #   conv   causal_conv1d channel-last: seg_len 264 / 272 / 248 against 256 (the aliasing test)      ~1
+#   gelu   gelu / tanh / gelu_and_mul: fast_erf=1 and chunks=4 against the default (not yet run)   ~1
 #   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~5
 #   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~3
 #   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~5
-# (attn and mb were timed in two parts each.) About 21 minutes in all: with less time at hand, run
+# (attn and mb were timed in two parts each.) About 22 minutes in all: with less time at hand, run
 # the steps over several invocations in this order (the A/B steps decide the defaults the grids then
 # measure). A step that fails or runs past its limit is reported and the next one starts; the summary
 # at the end names each step's exit status (124: past its limit). Record what a step decides where its
@@ -27,13 +28,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then
-    echo "usage: bash tools/gpu_backlog.sh OUT_DIR [tests fwd bwd topk rms conv attn norms mb]" >&2
+    echo "usage: bash tools/gpu_backlog.sh OUT_DIR [tests fwd bwd topk rms conv gelu attn norms mb]" >&2
     exit 2
 fi
 OUT_DIR=$1; shift
 case $OUT_DIR in *[\'\"\$\`\\]*) echo "OUT_DIR may not hold quotes, \$, \` or \\ (it goes into the steps' commands)" >&2; exit 2 ;; esac
 STEPS=("$@")
-[ ${#STEPS[@]} -gt 0 ] || STEPS=(tests fwd bwd topk rms conv attn norms mb)
+[ ${#STEPS[@]} -gt 0 ] || STEPS=(tests fwd bwd topk rms conv gelu attn norms mb)
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -55,6 +56,7 @@ step_command() {
         topk)  echo "python3 tools/topk_sweep.py" ;;
         rms)   echo "env SWEEP_SET=mid SWEEP_OUT='$OUT_DIR' python3 tools/rowwise_sweep.py" ;;
         conv)  echo "python3 tools/causal_conv1d_sweep.py --layout bld" ;;
+        gelu)  echo "env SWEEP_SET=gelu SWEEP_OUT='$OUT_DIR' python3 tools/rowwise_sweep.py" ;;
         attn)  echo "python3 -m hkjit.cli bench attention --sections peers --rounds 1 --json '$OUT_DIR/attention.json'" ;;
         norms) echo "python3 -m hkjit.cli bench $MB_NORMS --sections peers --json '$OUT_DIR/memory_bound_norms.json'" ;;
         mb)    echo "python3 -m hkjit.cli bench $MB_REST --sections peers --json '$OUT_DIR/memory_bound_rest.json'" ;;
@@ -76,7 +78,7 @@ step_limit_s() {   # what each step may take before it is stopped (twice its usu
 declare -A STATUS
 for step in "${STEPS[@]}"; do
     if ! cmd=$(step_command "$step"); then
-        echo "unknown step '$step'; the steps are: tests fwd bwd topk rms conv attn norms mb" >&2
+        echo "unknown step '$step'; the steps are: tests fwd bwd topk rms conv gelu attn norms mb" >&2
         STATUS[$step]=unknown
         continue
     fi

@@ -11,6 +11,7 @@ rowwise_sweep.json into $SWEEP_OUT (default: the current folder).
     SWEEP_SET=short ...                                         # the short rows below torch.compile,
                                                                 # with torch.compile timed beside them
     SWEEP_SET=mid ...                                           # the same for the 64 MiB rows (MID_CASES)
+    SWEEP_SET=gelu ...                                          # the same for gelu / tanh (GELU_CASES)
 
 docs/notes/activations_softmax.md and docs/notes/norms.md record what it found on an H100.
 
@@ -23,7 +24,7 @@ repetition; one input set, where `hkjit bench` rotates several: the flush makes 
 then the default, torch.compile and the three best are timed in three more alternated rounds (one
 once the run has passed SWEEP_BUDGET_S seconds, default 75). Prints per case the default, torch.compile, and the best three with their
 ratio to torch.compile (torch.compile µs / variant µs: above 1 is faster, as `hkjit bench`'s
-×torch.compile); writes rowwise_sweep_short.json into $SWEEP_OUT.
+×torch.compile); writes rowwise_sweep_short.json (mid, gelu: rowwise_sweep_mid.json, _gelu.json) into $SWEEP_OUT.
 """
 import json
 import os
@@ -279,12 +280,25 @@ def _variant(p, tiles, torch):
     return (lambda: launcher.run(ptrs, got["scalars"], stream)), (result[0] if len(result) == 1 else result)
 
 
+# --- SWEEP_SET=gelu: gelu and tanh below a same-size copy on the H200 (86% / 90%), near the issue rate by
+# their SASS count (docs/notes/activations_softmax.md): the shorter erfc (fast_erf=1, 16-bit outputs) and 32
+# elements a thread (chunks=4: the index set-up over twice the elements), alone and together
+GELU_V = [{}, dict(fast_erf=1), flat(256, 4, 3), dict(flat(256, 4, 3), fast_erf=1), flat(256, 4, 4), flat(128, 4, 6)]
+TANH_V = [{}, flat(256, 4, 3), flat(256, 4, 4), flat(128, 4, 6)]     # (chunks 4 at the default's 6 blocks spills)
+GELU_GATED_V = [{}, dict(fast_erf=1)]
+GELU_CASES = [(op, dict(rows=16384, cols=c, dtype="bfloat16"), GELU_V if op == "gelu" else TANH_V)
+              for op in ("gelu", "tanh") for c in (4096, 8192)] + \
+             [("gelu_and_mul", dict(rows=r, x_cols=c, dtype="bfloat16"), GELU_GATED_V)
+              for r, c in ((16384, 8192), (16384, 16384))]
+SETS = {"short": SHORT_CASES, "mid": MID_CASES, "gelu": GELU_CASES}
+
+
 def short_main(only, dry, t_start):
     """SWEEP_SET=short (see the module docstring)."""
     import torch
     from hkjit.bench.memory_bound import allow_recompiles, rel_err
     import hkjit
-    todo = [c for c in (MID_CASES if os.environ.get("SWEEP_SET") == "mid" else SHORT_CASES) if not only or c[0] in only]
+    todo = [c for c in SETS[os.environ["SWEEP_SET"]] if not only or c[0] in only]
     prepared = [_prepare(name, case, variants, dry, torch) for name, case, variants in todo]
     jobs = sorted({(p["name"], tuple(sorted(p["request"].items())), tuple(sorted(v.items())))
                    for p in prepared for v in p["variants"]})
@@ -385,7 +399,7 @@ def short_main(only, dry, t_start):
         results.append(dict(op=name, case=case, compile_us=c_us, compile_err=p["compile_err"],
                             default_us=default and default["final_us"], rows=rows, peer=peer))
         torch.cuda.empty_cache()
-    with open(os.path.join(OUT, "rowwise_sweep_short.json"), "w") as f:
+    with open(os.path.join(OUT, f"rowwise_sweep_{os.environ['SWEEP_SET']}.json"), "w") as f:   # short, mid, gelu
         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, results=results), f,
                   indent=1, default=str)
     print(f"sweep done in {time.time() - t_start:.0f} s", flush=True)
@@ -410,7 +424,7 @@ def main():
     dry = os.environ.get("DRY") == "1"       # no GPU: build every variant and report registers only
     if dry:
         _cpu_inputs(torch)
-    if os.environ.get("SWEEP_SET") in ("short", "mid"):
+    if os.environ.get("SWEEP_SET") in SETS:
         return short_main(only, dry, t_start)
     todo = [c for c in cases() if not only or c[0] in only]
     prepared = [_prepare(name, case, variants, dry, torch) for name, case, variants in todo]

@@ -15,6 +15,10 @@ Schedule (compile-time; every choice a keyword override):
                256-thread block; longer rows are cut into column blocks, one tile per block
     min_blocks (sm_90a) blocks an SM must hold at once, which caps registers: unary 6 blocks of
                256 threads (40 registers), gated gelu forms 4 (64 registers), gated silu no cap
+    fast_erf   (gelu and gelu_and_mul with approximate="none", bf16/fp16 only) 1: a shorter erfc
+               (6 coefficients instead of 10; relative error about 2.5e-5 in fp32, far below the
+               output's rounding), four FFMA an element fewer. Default 0: not yet timed on a GPU
+               (at the H200's copy rate gelu needs 91% of the issue slots: docs/notes/activations_softmax.md)
     exact      1 when a row is exactly the tile's columns (cols = row_threads * vec *
                chunks): no column tests and no division of the tile index; the same
                results to 1-2 ULPs (the compiler may contract the activation's
@@ -48,11 +52,12 @@ GATED_LOADS = 2                     # gated: vector loads of each half per threa
 # sm_90a: threads an SM must hold at once (min_blocks = this // threads): the register cap. The
 # gelu forms are the costly activations (120 registers at 4 loads a thread without a cap).
 SM_THREADS_UNARY = 1536
-SM_THREADS_GATED = {"gelu": 1024, "gelu_tanh": 1024}
+SM_THREADS_GATED = {"gelu": 1024, "gelu_short": 1024, "gelu_tanh": 1024}
 MAX_ELEMS = 64                      # elements per thread and half in registers (override bound)
 MAX_GRID = 1 << 20
 TILES = ROW_TILES + ("min_blocks", "exact")
 MAX_SM_THREADS = 2048               # threads an SM holds (sm_90a): min_blocks * threads at most this
+FAST_ERF = {"gelu": "gelu_short"}   # fast_erf=1: the activation with the shorter erfc (16-bit outputs)
 
 
 class Args(ctypes.Structure):
@@ -112,7 +117,7 @@ class ActivationOp(Op):
     """One activation (unary or gated). `acts`: the C++ activation type per `approximate` option."""
     shape_params = ("rows", "cols")
     default_shape = {"rows": 16384, "cols": 4096}
-    tile_keywords = TILES
+    tile_keywords = TILES + ("fast_erf",)
     array_names = ("x", "out")
     output_names = ("out",)
 
@@ -135,6 +140,9 @@ class ActivationOp(Op):
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"{self.name}: align={p['align']} is below the {p['dtype']} element size")
         act = self.acts[p.get("approximate", "none")]
+        tiles = dict(tiles)
+        if self._fast_erf(tiles.pop("fast_erf", 0), act, p["dtype"]):
+            act = FAST_ERF[act]
         cfg = configure(self.name, target, p, tiles, self.gated, act)
         kernel_type = (f"eltwise<{DTYPES[cfg['dtype']].cpp}, hk::act::{act}, {str(self.gated).lower()}, {cfg['vec']}, "
                        f"{cfg['threads']}, {cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, "
@@ -146,6 +154,18 @@ class ActivationOp(Op):
                                        spec_mod.make_params({**params, "act": act, "gated": self.gated}),
                                        (("threads", cfg["threads"]), ("dynamic_smem", 0)))
         return Plan(spec, cfg, cfg["threads"], 0, (cfg["blocks"], 1, 1), Args, functools.partial(_fill, cfg))
+
+    def _fast_erf(self, value, act, dtype) -> bool:
+        """The `fast_erf` override, checked: 0 or 1, and 1 only where an erf is computed for a 16-bit output."""
+        if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+            raise InvalidArgumentError(f"{self.name}: fast_erf={value!r}; 0 or 1")
+        if value and act not in FAST_ERF:
+            raise InvalidArgumentError(f"{self.name}: fast_erf=1 shortens erf, which only gelu with approximate='none' "
+                                       "computes; pass fast_erf=0")
+        if value and DTYPES[dtype].itemsize != 2:
+            raise InvalidArgumentError(f"{self.name}: fast_erf=1 with {dtype}: its error (about 2.5e-5 relative) is "
+                                       "below a 16-bit output's rounding, not a float32 one's; pass fast_erf=0")
+        return bool(value)
 
     def bind(self, arrays, options, device) -> Binding:
         X, O = arrays["x"], arrays["out"]

@@ -5,6 +5,7 @@
 //
 //   act::silu        x * sigmoid(x)
 //   act::gelu        0.5 x (1 + erf(x / sqrt 2))           (torch's gelu, approximate="none")
+//   act::gelu_short  the same with a shorter erfc, for 16-bit outputs (fast_erf=1)
 //   act::gelu_tanh   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (approximate="tanh")
 //   act::relu        max(x, 0); NaN stays NaN (as torch.relu)
 //   act::tanh        tanh(x)
@@ -48,6 +49,30 @@ HK_INLINE float erfc_nonneg(float a) {
 struct gelu {
   HK_INLINE static float apply(float x) {
     const float e = erfc_nonneg(abs_f(x) * 0.70710678118654752f);
+    return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
+  }
+};
+
+// gelu for 16-bit outputs (the `fast_erf=1` override): erfc in the same form with a degree-5 polynomial,
+// 6 coefficients fitted here (iteratively reweighted least squares on [0, 9.5], the range where fp32 gelu
+// does not underflow): |P - P_true| <= 7.8e-6, so relative error of erfc about 1e-5 before fp32 rounding
+// (float32 model of this evaluation against float64 over x in [-12, 6]: 2.5e-5 at most, bf16 results
+// differing from the correctly rounded value 0.07% of the time against the 10-coefficient form's 0.02%),
+// four FFMA an element fewer. Far below a bf16 or fp16 output's rounding (2^-9, 2^-12); not for fp32.
+HK_INLINE float erfc_nonneg_short(float a) {
+  const float t = fast_rcp(1.0f + 0.5f * a);
+  float p = 0.22879221f;
+  p = p * t - 0.70919078f;
+  p = p * t + 0.47448449f;
+  p = p * t + 0.25445404f;
+  p = p * t + 1.01800871f;
+  p = p * t - 1.26654104f;
+  return t * fast_exp2(LOG2E * (p - a * a));
+}
+
+struct gelu_short {
+  HK_INLINE static float apply(float x) {
+    const float e = erfc_nonneg_short(abs_f(x) * 0.70710678118654752f);
     return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
   }
 };
