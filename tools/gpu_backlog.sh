@@ -16,7 +16,7 @@
 #   topk   topk spread=1 against the default and the earlier candidates                            ~1
 #   rms    the 64 MiB norm rows, rms_norm weight_regs=0 among them, beside torch.compile            ~1
 #   conv   causal_conv1d channel-last: seg_len 264 / 272 / 248 against 256 (the aliasing test)      ~1
-#   gelu   gelu / tanh / gelu_and_mul: fast_erf=1 and chunks=4 against the default (not yet run)   ~1
+#   gelu   gelu / tanh / gelu_and_mul: fast_erf=1 and chunks=4 against the default (not yet run) ~1?
 #   attn   the attention grid of issue 10 (`hkjit bench attention`), forward and backward           ~5
 #   norms  issue 11's grid, the norms (`hkjit bench rms_norm ... --sections peers`)                  ~3
 #   mb     issue 11's grid, the other ops (`hkjit bench rope ... topk causal_conv1d ...`)           ~5

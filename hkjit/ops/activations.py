@@ -52,7 +52,7 @@ GATED_LOADS = 2                     # gated: vector loads of each half per threa
 # sm_90a: threads an SM must hold at once (min_blocks = this // threads): the register cap. The
 # gelu forms are the costly activations (120 registers at 4 loads a thread without a cap).
 SM_THREADS_UNARY = 1536
-SM_THREADS_GATED = {"gelu": 1024, "gelu_short": 1024, "gelu_tanh": 1024}
+SM_THREADS_GATED = {"gelu": 1024, "gelu_tanh": 1024}
 MAX_ELEMS = 64                      # elements per thread and half in registers (override bound)
 MAX_GRID = 1 << 20
 TILES = ROW_TILES + ("min_blocks", "exact")
@@ -139,11 +139,10 @@ class ActivationOp(Op):
     def plan_for(self, target, p, tiles) -> Plan:
         if p["align"] < DTYPES[p["dtype"]].itemsize:
             raise InvalidArgumentError(f"{self.name}: align={p['align']} is below the {p['dtype']} element size")
-        act = self.acts[p.get("approximate", "none")]
+        base = self.acts[p.get("approximate", "none")]
         tiles = dict(tiles)
-        if self._fast_erf(tiles.pop("fast_erf", 0), act, p["dtype"]):
-            act = FAST_ERF[act]
-        cfg = configure(self.name, target, p, tiles, self.gated, act)
+        act = FAST_ERF[base] if self._fast_erf(tiles.pop("fast_erf", 0), base, p["dtype"]) else base
+        cfg = configure(self.name, target, p, tiles, self.gated, base)     # (the schedule: the activation's own)
         kernel_type = (f"eltwise<{DTYPES[cfg['dtype']].cpp}, hk::act::{act}, {str(self.gated).lower()}, {cfg['vec']}, "
                        f"{cfg['threads']}, {cfg['row_threads']}, {cfg['group_rows']}, {cfg['chunks']}, "
                        f"{cfg['min_blocks']}{', true' if cfg['exact'] else ''}>")

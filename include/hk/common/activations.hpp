@@ -27,55 +27,55 @@ struct silu {
   HK_INLINE static float apply(float x) { return x * sigmoid(x); }
 };
 
-// erfc(a) for a >= 0 as t exp(-a^2 + P(t)), t = 1 / (1 + a / 2): the Chebyshev fit of Press et
-// al., Numerical Recipes, 2nd ed., section 6.2 (fractional error below 1.2e-7 for every a >= 0).
+// p = c0 t^n + c1 t^(n-1) + ... + cn by Horner's rule, highest degree first.
+template <class... C>
+HK_INLINE float horner(float t, float c0, C... c) {
+  float p = c0;
+  ((p = p * t + c), ...);
+  return p;
+}
+
+// erfc(a) for a >= 0 as t exp(-a^2 + P(t)), t = 1 / (1 + a / 2), P's coefficients highest degree first.
 // gelu uses erfc directly: for x < 0, 1 + erf(x) = erfc(-x) keeps its relative accuracy where
 // 1 + erf(x) would cancel; for x >= 0, 1 + erf(x) = 2 - erfc(x) lies in [1, 2].
-HK_INLINE float erfc_nonneg(float a) {
+template <class... C>
+HK_INLINE float erfc_nonneg(float a, C... coefficients) {
   const float t = fast_rcp(1.0f + 0.5f * a);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  return t * fast_exp2(LOG2E * (p - a * a));
+  return t * fast_exp2(LOG2E * (horner(t, coefficients...) - a * a));
 }
 
-struct gelu {
+// 0.5 x (1 + erf(x / sqrt 2)) with ERFC::at(a) for erfc(a), a >= 0.
+template <class ERFC>
+struct gelu_by {
   HK_INLINE static float apply(float x) {
-    const float e = erfc_nonneg(abs_f(x) * 0.70710678118654752f);
+    const float e = ERFC::at(abs_f(x) * 0.70710678118654752f);
     return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
   }
 };
 
-// gelu for 16-bit outputs (the `fast_erf=1` override): erfc in the same form with a degree-5 polynomial,
-// 6 coefficients fitted here (iteratively reweighted least squares on [0, 9.5], the range where fp32 gelu
-// does not underflow): |P - P_true| <= 7.8e-6, so relative error of erfc about 1e-5 before fp32 rounding
-// (float32 model of this evaluation against float64 over x in [-12, 6]: 2.5e-5 at most, bf16 results
-// differing from the correctly rounded value 0.07% of the time against the 10-coefficient form's 0.02%),
-// four FFMA an element fewer. Far below a bf16 or fp16 output's rounding (2^-9, 2^-12); not for fp32.
-HK_INLINE float erfc_nonneg_short(float a) {
-  const float t = fast_rcp(1.0f + 0.5f * a);
-  float p = 0.22879221f;
-  p = p * t - 0.70919078f;
-  p = p * t + 0.47448449f;
-  p = p * t + 0.25445404f;
-  p = p * t + 1.01800871f;
-  p = p * t - 1.26654104f;
-  return t * fast_exp2(LOG2E * (p - a * a));
-}
-
-struct gelu_short {
-  HK_INLINE static float apply(float x) {
-    const float e = erfc_nonneg_short(abs_f(x) * 0.70710678118654752f);
-    return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
+// The Chebyshev fit of Press et al., Numerical Recipes, 2nd ed., section 6.2 (fractional error below
+// 1.2e-7 for every a >= 0).
+struct erfc_nr {
+  HK_INLINE static float at(float a) {
+    return erfc_nonneg(a, 0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f,
+                       0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f);
   }
 };
+
+// For 16-bit outputs (the `fast_erf=1` override): a degree-5 P, 6 coefficients fitted here (iteratively
+// reweighted least squares on [0, 9.5], the range where fp32 gelu does not underflow): |P - P_true| <=
+// 7.8e-6, so relative error of erfc about 1e-5 before fp32 rounding (float32 model of this evaluation
+// against float64 over x in [-12, 6]: 2.5e-5 at most, bf16 results differing from the correctly rounded
+// value 0.07% of the time against the 10-coefficient form's 0.02%), four FFMA an element fewer. Far below
+// a bf16 or fp16 output's rounding (2^-9, 2^-12); not for fp32.
+struct erfc_short {
+  HK_INLINE static float at(float a) {
+    return erfc_nonneg(a, 0.22879221f, -0.70919078f, 0.47448449f, 0.25445404f, 1.01800871f, -1.26654104f);
+  }
+};
+
+struct gelu : gelu_by<erfc_nr> {};
+struct gelu_short : gelu_by<erfc_short> {};
 
 // 1 + tanh(u) = 2 sigmoid(2 u): x sigmoid(2 u), no cancellation at either end.
 struct gelu_tanh {
